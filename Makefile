@@ -1,0 +1,33 @@
+# Everything runs from a project-local virtualenv, created on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+EXTRAS ?= dev
+
+.PHONY: test test-fast lint demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# The whole suite: lint, types, every test including the slow drills.
+test: $(STAMP) lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Without the slow drills, for a quick local loop.
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -m "not slow and not spark" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check cmdstalk_py tests
+	$(VENV)/bin/mypy --strict
+
+demo: $(STAMP)
+	@echo "make demo: not available yet (needs the bundled server and the supervisor)"; exit 1
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,1 @@
+"""The bundled beanstalkd-compatible queue server."""

@@ -1,0 +1,46 @@
+"""Fixtures shared by every test: real servers on free ports, polled for readiness."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
+
+# The same test runs against the real beanstalkd and the bundled server, so every
+# behaviour is checked against the reference. The bundled one joins once it exists.
+_BUNDLED = importlib.util.find_spec("cmdstalk_py.server.embedded") is not None
+SERVER_KINDS = ["beanstalkd", *(["bundled"] if _BUNDLED else [])]
+
+
+@pytest.fixture
+def real_beanstalkd() -> Iterator[BeanstalkServer]:
+    """The Debian beanstalkd binary on 127.0.0.1 and a free port."""
+    if beanstalkd_path() is None:
+        pytest.skip("beanstalkd not found: install Debian's beanstalkd or set BEANSTALKD_PATH")
+    with running_beanstalkd() as server:
+        yield server
+
+
+@pytest.fixture
+def bundled_server() -> Iterator[BeanstalkServer]:
+    """The bundled server (EmbeddedServer) on 127.0.0.1 and a free port."""
+    from cmdstalk_py.server.embedded import EmbeddedServer  # type: ignore[import-not-found,unused-ignore]
+
+    with EmbeddedServer(host="127.0.0.1", port=0) as srv:
+        host, port = srv.address
+        server = BeanstalkServer("bundled", host, port)
+        try:
+            yield server
+        finally:
+            server.close_clients()
+
+
+@pytest.fixture(params=SERVER_KINDS)
+def beanstalk(request: pytest.FixtureRequest) -> BeanstalkServer:
+    """Each server kind in turn: the real beanstalkd, then the bundled server."""
+    if request.param == "beanstalkd":
+        return request.getfixturevalue("real_beanstalkd")  # type: ignore[no-any-return]
+    return request.getfixturevalue("bundled_server")  # type: ignore[no-any-return]

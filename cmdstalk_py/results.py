@@ -1,0 +1,53 @@
+"""What happened to one job: the value brokers return, tests inspect and the event log writes.
+
+This module is the contract between the supervisor (which produces results), the event
+log (which serialises them, one JSON object per line) and the Spark analytics (which read
+that log). Field names here are the event-log field names; change them only with the
+README's schema section and the Spark reader together.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Outcome(enum.Enum):
+    """The final action taken on a job."""
+
+    DELETED = "deleted"  # the command exited 0
+    RELEASED = "released"  # non-zero exit: released with a backoff delay
+    BURIED = "buried"  # permanent failure: bury-exit-code, or max releases reached
+    TIMEOUT_BURIED = "timeout_buried"  # killed before its TTR elapsed, then buried
+    PRECHECK_BURIED = "precheck_buried"  # buried without running (releases/timeouts limit)
+    SHUTDOWN_RELEASED = "shutdown_released"  # killed by shutdown, released for a later run
+    LOST = "lost"  # connection lost or NOT_FOUND: the server had already taken the job back
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """One finished job. Times are UNIX epoch seconds (float); tails are decoded text."""
+
+    job_id: int
+    tube: str
+    slot: int
+    outcome: Outcome
+    started_at: float
+    ended_at: float
+    priority: int
+    ttr: int
+    releases: int
+    timeouts: int
+    reserves: int
+    age_s: int
+    payload_bytes: int
+    exit_code: int | None = None  # None when the command did not run or died by a signal
+    signal: int | None = None  # the signal that ended the command, if any
+    release_delay: int | None = None  # seconds, when outcome is RELEASED
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    error: str | None = None  # why the job was LOST, or why the command could not start
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.ended_at - self.started_at) * 1000.0

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-EXTRAS ?= dev
+EXTRAS ?= dev,spark,metrics
 
 .PHONY: test test-fast lint demo bench clean
 

@@ -1,0 +1,90 @@
+"""Observer hooks: how the supervisor tells logs, the event log and metrics what happened.
+
+The supervisor calls these from broker threads; implementations must be thread-safe and
+must not raise (a broken metrics exporter must never lose a job). ``Observer`` is a base
+class with no-op methods so implementations override only what they need.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from cmdstalk_py.results import JobResult
+
+
+class Observer:
+    """No-op observer; subclass and override what you need."""
+
+    def job_finished(self, result: JobResult) -> None:
+        """A job reached its final outcome for this reservation."""
+
+    def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
+        """A broker started (busy=True) or stopped (busy=False) running a job."""
+
+    def reserve_waited(self, tube: str, seconds: float) -> None:
+        """Time a broker spent in reserve before it got a job."""
+
+    def reconnected(self, where: str, address: str) -> None:
+        """A broker (``where`` = tube:slot) or the dispatcher reconnected."""
+
+    def process_killed(self, tube: str, signal_name: str) -> None:
+        """The supervisor sent ``signal_name`` (SIGTERM/SIGKILL) to a job's process group."""
+
+    def ready(self) -> None:
+        """All initial brokers are connected (systemd READY=1)."""
+
+    def stopping(self) -> None:
+        """Shutdown began (systemd STOPPING=1)."""
+
+    def heartbeat(self) -> None:
+        """Called periodically (about once a second) while the supervisor is healthy."""
+
+    def close(self) -> None:
+        """The supervisor has stopped; flush and release resources."""
+
+
+class Observers(Observer):
+    """Fans every call out to several observers; one failing never stops the others."""
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self._observers = list(observers)
+
+    def add(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def _each(self, name: str, *args: object) -> None:
+        for obs in self._observers:
+            try:
+                getattr(obs, name)(*args)
+            except Exception:  # an observer's bug must never lose a job
+                import logging
+
+                logging.getLogger("cmdstalk").exception("observer %r failed in %s", obs, name)
+
+    def job_finished(self, result: JobResult) -> None:
+        self._each("job_finished", result)
+
+    def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
+        self._each("broker_busy", tube, slot, busy)
+
+    def reserve_waited(self, tube: str, seconds: float) -> None:
+        self._each("reserve_waited", tube, seconds)
+
+    def reconnected(self, where: str, address: str) -> None:
+        self._each("reconnected", where, address)
+
+    def process_killed(self, tube: str, signal_name: str) -> None:
+        self._each("process_killed", tube, signal_name)
+
+    def ready(self) -> None:
+        self._each("ready")
+
+    def stopping(self) -> None:
+        self._each("stopping")
+
+    def heartbeat(self) -> None:
+        self._each("heartbeat")
+
+    def close(self) -> None:
+        self._each("close")

@@ -7,7 +7,6 @@ class with no-op methods so implementations override only what they need.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 from cmdstalk_py.results import JobResult

@@ -1,0 +1,122 @@
+"""Logging setup: readable text (Go cmdstalk's ``[tube:slot]`` prefix) or one JSON object a line.
+
+Brokers log through the standard library with structured extras::
+
+    log.info("exit 0, deleted", extra={"tube": "mail", "slot": 2, "job_id": 17, "event": "deleted"})
+
+The text format renders that as ``2026-11-21T12:00:00.123Z INFO [mail:2] job 17 exit 0, deleted``;
+the JSON format as ``{"ts": ..., "level": "INFO", "logger": ..., "msg": ..., "tube": "mail",
+"slot": 2, "job_id": 17, "event": "deleted"}``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+from typing import TextIO
+
+# Structured extras a record may carry, in the order the JSON format writes them.
+EXTRA_KEYS = ("tube", "slot", "job_id", "event")
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+FORMATS = ("text", "json")
+
+# Marks the handler configure_logging installed, so a second call replaces it instead of
+# doubling every line (tests and the CLI may configure more than once per process).
+_HANDLER_MARK = "_cmdstalk_handler"
+
+
+def iso_utc(epoch: float) -> str:
+    """``epoch`` as UTC ISO 8601 with milliseconds and ``Z``: ``2026-11-21T12:00:00.123Z``."""
+    stamp = dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def _prefix(record: logging.LogRecord) -> str:
+    """``[tube:slot] job N `` for broker records, as much of it as the record carries."""
+    parts = []
+    tube = getattr(record, "tube", None)
+    slot = getattr(record, "slot", None)
+    if tube is not None:
+        parts.append(f"[{tube}:{slot}]" if slot is not None else f"[{tube}]")
+    job_id = getattr(record, "job_id", None)
+    if job_id is not None:
+        parts.append(f"job {job_id}")
+    return " ".join(parts) + " " if parts else ""
+
+
+class TextFormatter(logging.Formatter):
+    """``<UTC time> <LEVEL> [tube:slot] job N <message>``, tracebacks on following lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        head = f"{iso_utc(record.created)} {record.levelname} {_prefix(record)}"
+        line = head + record.getMessage()
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        if record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, logger, msg, then the structured extras present.
+
+    Tracebacks go into an ``exc`` string so a record always stays on one line.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        obj: dict[str, object] = {
+            "ts": iso_utc(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in EXTRA_KEYS:
+            value = getattr(record, key, None)
+            if value is not None:
+                obj[key] = value
+        if record.exc_info:
+            obj["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            obj["stack"] = self.formatStack(record.stack_info)
+        # default=str: an odd extra (a Path, an enum) must not turn a log call into a crash.
+        return json.dumps(obj, ensure_ascii=False, default=str)
+
+
+def make_formatter(fmt: str) -> logging.Formatter:
+    """The formatter for ``--log-format`` ``text`` or ``json``."""
+    if fmt == "text":
+        return TextFormatter()
+    if fmt == "json":
+        return JsonFormatter()
+    raise ValueError(f"unknown log format {fmt!r} (expected one of {', '.join(FORMATS)})")
+
+
+def parse_level(level: str) -> int:
+    """A level name (any case) as its number; ValueError for anything else."""
+    name = level.upper()
+    if name not in LEVELS:
+        raise ValueError(f"unknown log level {level!r} (expected one of {', '.join(LEVELS)})")
+    return int(getattr(logging, name))
+
+
+def configure_logging(fmt: str = "text", level: str = "INFO", stream: TextIO | None = None) -> None:
+    """Route the root logger to ``stream`` (default stderr) in ``fmt`` at ``level``.
+
+    Replaces a handler installed by an earlier call; leaves other handlers (pytest's
+    capture, an embedding application's) alone. Raises ValueError for an unknown format or level.
+    """
+    formatter = make_formatter(fmt)
+    numeric = parse_level(level)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(formatter)
+    setattr(handler, _HANDLER_MARK, True)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, _HANDLER_MARK, False):
+            root.removeHandler(old)
+            old.close()
+    root.addHandler(handler)
+    root.setLevel(numeric)

@@ -1,0 +1,259 @@
+"""Prometheus metrics for ``cmdstalk --metrics HOST:PORT`` (prometheus-client, imported lazily).
+
+Supervisor-side metrics come from Observer calls; queue-side gauges come from ``stats-tube``
+on each watched tube, refreshed by a background thread with its own connection. Everything
+lives in a private registry, so two exporters in one process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from cmdstalk_py.observe import Observer
+from cmdstalk_py.results import JobResult
+
+log = logging.getLogger("cmdstalk.metrics")
+
+# Jobs run from milliseconds (a shell one-liner) to the longest TTRs people set (an hour).
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+# Reserve waits are bounded by the broker's short reserve timeout, then start over.
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# stats-tube field → label of cmdstalk_tube_jobs. These four partition a tube's jobs, so
+# sum by (tube) is the tube's total; urgent (a subset of ready) has a gauge of its own.
+JOB_STATES = {
+    "current-jobs-ready": "ready",
+    "current-jobs-delayed": "delayed",
+    "current-jobs-buried": "buried",
+    "current-jobs-reserved": "reserved",
+}
+STATS_TIMEOUT = 5.0  # seconds for the stats connection's connect and each reply
+
+
+def parse_hostport(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT`` → (host, port); ValueError when malformed."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"port out of range in {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return (host or default_host), port
+
+
+class QueueStatsPoller:
+    """Refreshes the queue-side gauges from ``stats-tube`` every ``interval`` seconds.
+
+    Connection errors are logged once per outage and retried at the next tick; the thread
+    never dies of them.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        tubes: Callable[[], list[str]],
+        interval: float,
+        jobs: Any,
+        urgent: Any,
+        waiting: Any,
+        up: Any,
+    ) -> None:
+        self._address = parse_hostport(address, default_host="127.0.0.1")
+        self._tubes = tubes
+        self._interval = interval
+        self._jobs, self._urgent, self._waiting, self._up = jobs, urgent, waiting, up
+        self._client: Any = None
+        self._shown: set[str] = set()
+        self._outage = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-queue-stats", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self._interval)
+        self._disconnect()
+
+    def _connect(self) -> Any:
+        import greenstalk
+
+        # Our own socket so every reply has a timeout: a hung server must not hang close().
+        sock = socket.create_connection(self._address, timeout=STATS_TIMEOUT)
+        return greenstalk.Client(sock)
+
+    def _disconnect(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(OSError):
+                self._client.close()
+            self._client = None
+
+    def refresh(self) -> bool:
+        """One refresh of every watched tube's gauges; False (and gauges kept) on failure."""
+        import greenstalk
+
+        try:
+            wanted = list(self._tubes())
+        except Exception:
+            log.exception("metrics: cannot list watched tubes")
+            return False
+        try:
+            if self._client is None:
+                self._client = self._connect()
+            seen: set[str] = set()
+            for tube in wanted:
+                try:
+                    stats = self._client.stats_tube(tube)
+                except greenstalk.NotFoundError:
+                    continue  # an empty tube nobody watches does not exist on the server
+                self._set(tube, stats)
+                seen.add(tube)
+        except (OSError, greenstalk.Error) as exc:
+            self._disconnect()
+            if not self._outage:
+                log.warning("metrics: stats-tube on %s:%d failed: %s", *self._address, exc)
+            self._outage = True
+            self._up.set(0)
+            return False
+        if self._outage:
+            log.info("metrics: stats-tube on %s:%d works again", *self._address)
+        self._outage = False
+        self._up.set(1)
+        for gone in self._shown - seen:
+            self._remove(gone)
+        self._shown = seen
+        return True
+
+    def _set(self, tube: str, stats: Any) -> None:
+        for field, state in JOB_STATES.items():
+            self._jobs.labels(tube=tube, state=state).set(int(stats[field]))
+        self._urgent.labels(tube=tube).set(int(stats["current-jobs-urgent"]))
+        self._waiting.labels(tube=tube).set(int(stats["current-waiting"]))
+
+    def _remove(self, tube: str) -> None:
+        for state in JOB_STATES.values():
+            self._jobs.remove(tube, state)
+        self._urgent.remove(tube)
+        self._waiting.remove(tube)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * STATS_TIMEOUT)
+
+
+class MetricsExporter(Observer):
+    """The Observer ``start_metrics`` returns; ``address`` is where it actually listens."""
+
+    def __init__(self, listen: str, address: str, tubes: Callable[[], list[str]], interval: float):
+        import prometheus_client as prom
+
+        host, port = parse_hostport(listen)
+        self.registry = r = prom.CollectorRegistry(auto_describe=True)
+        tube, state = ["tube"], ["tube", "state"]
+        self.jobs_finished = prom.Counter(
+            "cmdstalk_jobs_finished", "Jobs finished, by outcome.", [*tube, "outcome"], registry=r
+        )
+        self.job_duration = prom.Histogram(
+            "cmdstalk_job_duration_seconds", "Run time of job commands that ran.", tube,
+            buckets=DURATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.brokers_busy = prom.Gauge(
+            "cmdstalk_brokers_busy", "Brokers running a job.", tube, registry=r
+        )
+        self.brokers_idle = prom.Gauge(
+            "cmdstalk_brokers_idle", "Brokers waiting for a job.", tube, registry=r
+        )
+        self.reserve_wait = prom.Histogram(
+            "cmdstalk_reserve_wait_seconds", "Time in reserve before a job arrived.", tube,
+            buckets=WAIT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.reconnects = prom.Counter(
+            "cmdstalk_reconnects", "Reconnections to the server, by broker (tube:slot) or "
+            "dispatcher.", ["where"], registry=r,
+        )  # fmt: skip
+        self.process_kills = prom.Counter(
+            "cmdstalk_process_kills", "Signals sent to job process groups.", [*tube, "signal"],
+            registry=r,
+        )  # fmt: skip
+        tube_jobs = prom.Gauge(
+            "cmdstalk_tube_jobs", "Jobs in a watched tube by state (stats-tube).", state,
+            registry=r,
+        )  # fmt: skip
+        urgent = prom.Gauge(
+            "cmdstalk_tube_urgent_jobs", "Ready jobs with priority < 1024 (stats-tube).", tube,
+            registry=r,
+        )  # fmt: skip
+        waiting = prom.Gauge(
+            "cmdstalk_tube_waiting_clients", "Clients reserving on the tube (stats-tube).", tube,
+            registry=r,
+        )  # fmt: skip
+        up = prom.Gauge(
+            "cmdstalk_queue_stats_up", "1 if the last stats-tube refresh succeeded.", registry=r
+        )
+        self._lock = threading.Lock()
+        self._busy: dict[tuple[str, int], bool] = {}
+        self._poller = QueueStatsPoller(address, tubes, interval, tube_jobs, urgent, waiting, up)
+        self._server, self._server_thread = prom.start_http_server(port, addr=host, registry=r)
+        bound = self._server.server_address
+        self.address: tuple[str, int] = (str(bound[0]), int(bound[1]))
+        self._poller.start()
+
+    @property
+    def port(self) -> int:
+        """The TCP port serving ``/metrics`` (useful after listening on port 0)."""
+        return self.address[1]
+
+    def refresh_queue_stats(self) -> bool:
+        """Refresh the queue-side gauges now (the background thread also does, every interval)."""
+        return self._poller.refresh()
+
+    def job_finished(self, result: JobResult) -> None:
+        self.jobs_finished.labels(tube=result.tube, outcome=result.outcome.value).inc()
+        # Jobs that never ran (precheck burials, spawn failures) would pile up at zero.
+        if result.exit_code is not None or result.signal is not None:
+            self.job_duration.labels(tube=result.tube).observe(result.duration_ms / 1000.0)
+
+    def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
+        # Counted from per-slot state rather than inc/dec, so a repeated call cannot drift.
+        with self._lock:
+            self._busy[(tube, slot)] = busy
+            states = [b for (t, _), b in self._busy.items() if t == tube]
+        self.brokers_busy.labels(tube=tube).set(sum(states))
+        self.brokers_idle.labels(tube=tube).set(len(states) - sum(states))
+
+    def reserve_waited(self, tube: str, seconds: float) -> None:
+        self.reserve_wait.labels(tube=tube).observe(seconds)
+
+    def reconnected(self, where: str, address: str) -> None:
+        self.reconnects.labels(where=where).inc()
+
+    def process_killed(self, tube: str, signal_name: str) -> None:
+        self.process_kills.labels(tube=tube, signal=signal_name).inc()
+
+    def close(self) -> None:
+        """Stop the HTTP server and the queue-stats thread."""
+        self._poller.close()
+        self._server.shutdown()
+        self._server.server_close()
+        self._server_thread.join(timeout=5)
+
+
+def start_metrics(
+    listen: str, address: str, tubes: Callable[[], list[str]], interval: float = 5.0
+) -> Observer:
+    """Serve Prometheus metrics on ``listen`` (HOST:PORT); watch ``tubes()`` on ``address``.
+
+    Brokers should call ``broker_busy(tube, slot, False)`` when they start, so idle brokers
+    are counted before their first job. Raises ValueError for a malformed ``listen`` and
+    OSError when the port cannot be bound.
+    """
+    return MetricsExporter(listen, address, tubes, interval)

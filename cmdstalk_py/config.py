@@ -1,0 +1,133 @@
+"""The supervisor's configuration: one frozen value, and the parsers that build it.
+
+The parsers raise ``ValueError`` with a one-line message; the command line turns that into
+click's usage error (exit 2). Brokers, the dispatcher and ``cmdstalk-spark drain`` all take
+a ``Config``, so every default lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+DEFAULT_ADDRESS = "127.0.0.1:11300"
+DEFAULT_TUBE = "default"
+DEFAULT_SHELL = "/bin/bash -c"
+
+# beanstalkd's own rule (tube.c / prot.c): up to 200 bytes of these characters, and a
+# name may not start with a hyphen.
+_TUBE_NAME = re.compile(r"[A-Za-z0-9+/;.$_()][A-Za-z0-9\-+/;.$_()]{0,199}")
+MAX_TUBE_NAME = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything a broker, the dispatcher and the supervisor need to know."""
+
+    cmd: str
+    host: str = "127.0.0.1"
+    port: int = 11300
+    tubes: tuple[str, ...] = (DEFAULT_TUBE,)
+    all_tubes: bool = False  # Go's -all: serve every tube, including ones created later
+    per_tube: int = 1
+    shell: tuple[str, ...] = ("/bin/bash", "-c")
+    discover_interval: float = 1.0  # seconds between list-tubes polls with --all
+    max_releases: int = 10
+    max_timeouts: int = 1
+    backoff_exponent: float = 4.0  # delay = releases ** exponent seconds (Go: 4)
+    backoff_max: int | None = None  # cap on the delay, seconds; None = no cap (Go)
+    kill_grace: float = 2.0  # SIGTERM -> SIGKILL, seconds (shrunk for short TTRs)
+    ttr_margin: float = 1.0  # the process is dead this long before the TTR expires
+    bury_exit_codes: frozenset[int] = field(default_factory=frozenset)
+    max_jobs: int | None = None  # exit after this many jobs
+    shutdown_timeout: float | None = None  # None: running jobs may use their whole TTR
+    reserve_timeout: int = 1  # seconds; short so that shutdown is prompt
+    tail_bytes: int = 4096  # stdout/stderr kept for the job result
+    io_timeout: float = 30.0  # a server silent this long is treated as gone
+    reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as given on the command line (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        """The argv a job runs: the shell words followed by the command (Go: bash -c CMD)."""
+        return [*self.shell, self.cmd]
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6-host]:port`` → (host, port); ValueError when malformed."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"malformed address {text!r}: expected [host]:port")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"malformed address {text!r}: expected host:port")
+        if ":" in host:
+            raise ValueError(f"malformed address {text!r}: put IPv6 hosts in brackets")
+    if not host or any(c.isspace() for c in host):
+        raise ValueError(f"malformed address {text!r}: missing host")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"malformed address {text!r}: port must be 1-65535")
+    return host, int(port_text)
+
+
+def validate_tube(name: str) -> str:
+    """Return ``name`` if beanstalkd accepts it as a tube name, else raise ValueError."""
+    if not _TUBE_NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid tube name {name!r}: 1-{MAX_TUBE_NAME} characters of A-Z a-z 0-9 "
+            "- + / ; . $ _ ( ), not starting with '-'"
+        )
+    return name
+
+
+def parse_tubes(values: Iterable[str]) -> tuple[str, ...]:
+    """Comma-separated tube lists (Go's ``-tubes=a,b``), possibly repeated → unique names."""
+    tubes: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name and validate_tube(name) not in tubes:
+                tubes.append(name)
+    if not tubes:
+        raise ValueError("no tube names given")
+    return tuple(tubes)
+
+
+def parse_exit_codes(text: str) -> frozenset[int]:
+    """``"65,78"`` → {65, 78}; exit codes that mean "permanent failure, bury now"."""
+    codes: set[int] = set()
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        if not part.isdigit() or not 0 < int(part) < 256:
+            raise ValueError(f"invalid exit code {part!r}: expected 1-255")
+        codes.add(int(part))
+    return frozenset(codes)
+
+
+def parse_shell(text: str) -> tuple[str, ...]:
+    """``"/bin/bash -c"`` → ("/bin/bash", "-c"); the command is appended as one argument."""
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as e:
+        raise ValueError(f"malformed shell {text!r}: {e}") from None
+    if not words:
+        raise ValueError("the shell must not be empty")
+    return words
+
+
+def validate_cmd(cmd: str) -> str:
+    """The job command must contain something to run."""
+    if not cmd.strip():
+        raise ValueError("the command must not be empty")
+    return cmd

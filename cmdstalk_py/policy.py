@@ -1,0 +1,130 @@
+"""What to do with a job: pure functions of its stats, the command's end and the config.
+
+No I/O, no clock: the broker measures, these functions decide, and the unit tests check
+every branch without a server. Go cmdstalk's rules are kept (releases⁴ backoff, bury at
+10 releases or after a server-side timeout); its defects are not (see ``kill_schedule``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cmdstalk_py.results import Outcome
+
+# beanstalkd stores delays as 32-bit seconds.
+MAX_DELAY = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The final action for one reservation: its outcome and, for releases, the delay."""
+
+    outcome: Outcome
+    delay: int | None = None
+
+    @property
+    def command(self) -> str:
+        """The beanstalkd command that carries out this decision."""
+        return _COMMANDS[self.outcome]
+
+
+_COMMANDS = {
+    Outcome.DELETED: "delete",
+    Outcome.RELEASED: "release",
+    Outcome.SHUTDOWN_RELEASED: "release",
+    Outcome.BURIED: "bury",
+    Outcome.TIMEOUT_BURIED: "bury",
+    Outcome.PRECHECK_BURIED: "bury",
+    Outcome.LOST: "none",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KillPlan:
+    """When to stop a job, in seconds after its reservation: SIGTERM, then SIGKILL."""
+
+    term_after: float
+    grace: float
+
+    @property
+    def kill_after(self) -> float:
+        return self.term_after + self.grace
+
+
+def precheck(
+    releases: int, timeouts: int, kicks: int, *, max_releases: int, max_timeouts: int
+) -> Decision | None:
+    """Bury without running a job that has used up its tries; None means "run it".
+
+    Go buried a job reserved with ``releases >= 10`` or ``timeouts >= 1``, so a kicked job
+    was buried again at once, forever. Here a kick forgives: the releases limit applies only
+    to never-kicked jobs (ours bury themselves at the limit, see ``decide``), and each kick
+    offsets one server-side timeout.
+    """
+    if timeouts - kicks >= max_timeouts:
+        return Decision(Outcome.PRECHECK_BURIED)
+    if kicks == 0 and releases >= max_releases:
+        return Decision(Outcome.PRECHECK_BURIED)
+    return None
+
+
+def backoff_delay(releases: int, exponent: float = 4.0, cap: int | None = None) -> int:
+    """Seconds to delay a job released after ``releases`` earlier releases.
+
+    Go: releases⁴, so 0, 1, 16, 81, 256, … The result is clamped to ``cap`` (when given) and
+    to what beanstalkd can store.
+    """
+    delay = int(max(releases, 0) ** exponent)
+    if cap is not None:
+        delay = min(delay, cap)
+    return min(delay, MAX_DELAY)
+
+
+def decide(
+    *,
+    exit_code: int | None,
+    ttr_killed: bool,
+    shutdown_killed: bool,
+    releases: int,
+    max_releases: int,
+    bury_exit_codes: frozenset[int] = frozenset(),
+    backoff_exponent: float = 4.0,
+    backoff_max: int | None = None,
+) -> Decision:
+    """The outcome of a command that ran (or failed to start: ``exit_code`` None).
+
+    Order matters: a TTR kill is the job's own overrun and buries it even during shutdown
+    (running it again would overrun again); a shutdown kill releases it untouched; then
+    exit 0 deletes; an exit code listed as permanent buries; any other failure (non-zero
+    exit, death by a signal we did not send, a command that could not start) releases with
+    backoff, unless this failure is the ``max_releases``-th, which buries at once instead
+    of waiting hours only to be buried at the next reservation.
+    """
+    if ttr_killed:
+        return Decision(Outcome.TIMEOUT_BURIED)
+    if shutdown_killed:
+        return Decision(Outcome.SHUTDOWN_RELEASED, 0)
+    if exit_code == 0:
+        return Decision(Outcome.DELETED)
+    if exit_code is not None and exit_code in bury_exit_codes:
+        return Decision(Outcome.BURIED)
+    if releases + 1 >= max_releases:
+        return Decision(Outcome.BURIED)
+    return Decision(Outcome.RELEASED, backoff_delay(releases, backoff_exponent, backoff_max))
+
+
+def kill_schedule(ttr: int, margin: float, grace: float) -> KillPlan:
+    """When to TERM and KILL a job's process group so it is dead before the server's TTR.
+
+    Go signalled only after the TTR had expired, so the server had already taken the job
+    back. Here the process must be dead ``margin`` seconds before the TTR (leaving time to
+    bury it while we still hold the reservation), with SIGTERM ``grace`` seconds earlier.
+    Both shrink for short TTRs: the margin to at most a quarter of the TTR, the grace to at
+    most a third of what is left. TTR 1 → TERM at 0.5 s, KILL at 0.75 s; TTR 60 with the
+    defaults (1 s, 2 s) → TERM at 57 s, KILL at 59 s.
+    """
+    ttr = max(ttr, 1)  # beanstalkd raises a TTR of 0 to 1 second
+    margin = min(max(margin, 0.0), ttr / 4)
+    budget = ttr - margin
+    grace = min(max(grace, 0.0), budget / 3)
+    return KillPlan(term_after=budget - grace, grace=grace)

@@ -1,0 +1,66 @@
+"""config.py parsers: what the command line accepts and the one-line errors it gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from cmdstalk_py.config import (
+    Config,
+    parse_address,
+    parse_exit_codes,
+    parse_shell,
+    parse_tubes,
+    validate_cmd,
+    validate_tube,
+)
+
+
+def test_parse_address() -> None:
+    assert parse_address("127.0.0.1:11300") == ("127.0.0.1", 11300)
+    assert parse_address("localhost:1") == ("localhost", 1)
+    assert parse_address("[::1]:11300") == ("::1", 11300)
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "127.0.0.1", "127.0.0.1:", ":11300", "h:0", "h:65536", "h:x", "::1:5", "[::1]"]
+)
+def test_parse_address_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match="malformed address"):
+        parse_address(bad)
+
+
+def test_tube_names() -> None:
+    ok = "A-z0+9/;.$_()"
+    assert validate_tube(ok) == ok
+    assert validate_tube("x" * 200)
+    for bad in ["", "-lead", "sp ace", "x" * 201, "é", "a*b"]:
+        with pytest.raises(ValueError, match="invalid tube name"):
+            validate_tube(bad)
+
+
+def test_parse_tubes_splits_commas_and_repeats_keeps_order_once() -> None:
+    assert parse_tubes(["a,b", "c", "a"]) == ("a", "b", "c")
+    with pytest.raises(ValueError):
+        parse_tubes([" , "])
+    with pytest.raises(ValueError, match="invalid tube name"):
+        parse_tubes(["ok,-bad"])
+
+
+def test_exit_codes_and_shell_and_cmd() -> None:
+    assert parse_exit_codes("65,78 3") == frozenset({3, 65, 78})
+    assert parse_exit_codes("") == frozenset()
+    for bad in ["0", "256", "x"]:
+        with pytest.raises(ValueError, match="invalid exit code"):
+            parse_exit_codes(bad)
+    assert parse_shell("/bin/sh -ec") == ("/bin/sh", "-ec")
+    with pytest.raises(ValueError):
+        parse_shell("  ")
+    with pytest.raises(ValueError):
+        validate_cmd(" ")
+
+
+def test_config_argv_and_address() -> None:
+    c = Config(cmd="tr a-z A-Z")
+    assert c.argv() == ["/bin/bash", "-c", "tr a-z A-Z"]
+    assert c.address == "127.0.0.1:11300"
+    assert Config(cmd="x", host="::1", port=5).address == "[::1]:5"

@@ -249,7 +249,7 @@ class MetricsExporter(Observer):
 
 def start_metrics(
     listen: str, address: str, tubes: Callable[[], list[str]], interval: float = 5.0
-) -> Observer:
+) -> MetricsExporter:
     """Serve Prometheus metrics on ``listen`` (HOST:PORT); watch ``tubes()`` on ``address``.
 
     Brokers should call ``broker_busy(tube, slot, False)`` when they start, so idle brokers

@@ -1,0 +1,193 @@
+"""Prometheus exporter: scraped over real HTTP, queue gauges from a real server's stats-tube."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cmdstalk_py.metrics import MetricsExporter, parse_hostport, start_metrics
+from cmdstalk_py.results import JobResult, Outcome
+from tests.helpers import BeanstalkServer, free_port, running_beanstalkd, wait_until
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def result(outcome: Outcome, exit_code: int | None = 0, signal: int | None = None) -> JobResult:
+    return JobResult(
+        job_id=1, tube="work", slot=0, outcome=outcome, started_at=100.0, ended_at=100.75,
+        priority=1024, ttr=60, releases=0, timeouts=0, reserves=1, age_s=0, payload_bytes=1,
+        exit_code=exit_code, signal=signal,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def exporter() -> Iterator[MetricsExporter]:
+    # Nothing listens on this address: supervisor-side metrics must not depend on it.
+    exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{free_port()}", lambda: ["work"], 30.0)
+    try:
+        yield exp
+    finally:
+        exp.close()
+
+
+def test_observer_calls_move_the_counters(exporter: MetricsExporter) -> None:
+    before = scrape(exporter.port)
+    assert value(before, "cmdstalk_jobs_finished_total", tube="work", outcome="deleted") is None
+    exporter.job_finished(result(Outcome.DELETED))
+    exporter.job_finished(result(Outcome.DELETED))
+    exporter.job_finished(result(Outcome.RELEASED, exit_code=1))
+    exporter.job_finished(result(Outcome.PRECHECK_BURIED, exit_code=None))  # never ran
+    exporter.job_finished(result(Outcome.TIMEOUT_BURIED, exit_code=None, signal=9))
+    for slot in range(3):
+        exporter.broker_busy("work", slot, False)
+    exporter.broker_busy("work", 1, True)
+    exporter.broker_busy("work", 1, True)  # repeated: must not count twice
+    exporter.reserve_waited("work", 0.02)
+    exporter.reconnected("work:1", "127.0.0.1:11300")
+    exporter.reconnected("dispatcher", "127.0.0.1:11300")
+    exporter.process_killed("work", "SIGTERM")
+    exporter.process_killed("work", "SIGKILL")
+    exporter.process_killed("work", "SIGKILL")
+    s = scrape(exporter.port)
+    assert value(s, "cmdstalk_jobs_finished_total", tube="work", outcome="deleted") == 2
+    assert value(s, "cmdstalk_jobs_finished_total", tube="work", outcome="released") == 1
+    assert value(s, "cmdstalk_jobs_finished_total", tube="work", outcome="precheck_buried") == 1
+    assert value(s, "cmdstalk_job_duration_seconds_count", tube="work") == 4
+    assert value(s, "cmdstalk_job_duration_seconds_sum", tube="work") == pytest.approx(3.0)
+    assert value(s, "cmdstalk_job_duration_seconds_bucket", tube="work", le="0.5") == 0
+    assert value(s, "cmdstalk_job_duration_seconds_bucket", tube="work", le="1.0") == 4
+    assert value(s, "cmdstalk_brokers_busy", tube="work") == 1
+    assert value(s, "cmdstalk_brokers_idle", tube="work") == 2
+    assert value(s, "cmdstalk_reserve_wait_seconds_count", tube="work") == 1
+    assert value(s, "cmdstalk_reconnects_total", where="work:1") == 1
+    assert value(s, "cmdstalk_reconnects_total", where="dispatcher") == 1
+    assert value(s, "cmdstalk_process_kills_total", tube="work", signal="SIGKILL") == 2
+    assert value(s, "cmdstalk_process_kills_total", tube="work", signal="SIGTERM") == 1
+    exporter.broker_busy("work", 1, False)
+    assert value(scrape(exporter.port), "cmdstalk_brokers_busy", tube="work") == 0
+
+
+def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
+    watched = ["work", "other"]
+    exp = start_metrics("127.0.0.1:0", beanstalk.address, lambda: list(watched), interval=0.05)
+    try:
+        producer = beanstalk.client(use="work", watch="work")
+        waiter = beanstalk.client(watch="work")
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(waiter.reserve(timeout=20)))
+        t.start()
+        wait_until(
+            lambda: value(scrape(exp.port), "cmdstalk_tube_waiting_clients", tube="work") == 1,
+            timeout=10, message="one client waiting on work",
+        )  # fmt: skip
+        producer.put(b"wake up")
+        t.join(timeout=10)
+        waiter.delete(got[0])  # type: ignore[arg-type]
+
+        producer.put(b"a", priority=0)
+        producer.put(b"b")
+        producer.put(b"c")
+        worker = beanstalk.client(watch="work")
+        worker.reserve(timeout=1)  # a (most urgent) -> reserved
+        worker.bury(worker.reserve(timeout=1))  # b -> buried
+        producer.put(b"d", priority=5)
+        producer.put(b"e", delay=100)
+        producer.put(b"f", delay=100)
+        expected = {"ready": 2, "delayed": 2, "buried": 1, "reserved": 1}
+
+        def gauges_match() -> bool:
+            s = scrape(exp.port)
+            return all(
+                value(s, "cmdstalk_tube_jobs", tube="work", state=k) == v
+                for k, v in expected.items()
+            ) and value(s, "cmdstalk_tube_urgent_jobs", tube="work") == 1
+
+        wait_until(gauges_match, timeout=10, message="gauges equal stats-tube")
+        s = scrape(exp.port)
+        assert value(s, "cmdstalk_queue_stats_up") == 1
+        assert value(s, "cmdstalk_tube_waiting_clients", tube="work") == 0
+        # "other" does not exist on the server (no jobs, nobody watching): no series at all.
+        assert not [k for k in s if ("tube", "other") in k[1]]
+
+        watched.remove("work")
+        wait_until(
+            lambda: value(scrape(exp.port), "cmdstalk_tube_jobs", tube="work", state="ready")
+            is None,
+            timeout=10, message="gauges of an unwatched tube removed",
+        )  # fmt: skip
+    finally:
+        exp.close()
+
+
+def test_survives_a_server_that_is_down_then_up() -> None:
+    port = free_port()
+    exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{port}", lambda: ["work"], interval=0.05)
+    try:
+        assert not exp.refresh_queue_stats()
+        assert value(scrape(exp.port), "cmdstalk_queue_stats_up") == 0
+        with running_beanstalkd(port=port) as server:
+            server.client(use="work").put(b"x")
+            wait_until(
+                lambda: value(scrape(exp.port), "cmdstalk_tube_jobs", tube="work", state="ready")
+                == 1,
+                timeout=10, message="ready gauge after the server came up",
+            )  # fmt: skip
+            assert value(scrape(exp.port), "cmdstalk_queue_stats_up") == 1
+        wait_until(
+            lambda: value(scrape(exp.port), "cmdstalk_queue_stats_up") == 0,
+            timeout=10, message="up gauge drops when the server goes away",
+        )  # fmt: skip
+    finally:
+        exp.close()
+
+
+def test_close_stops_the_http_server() -> None:
+    exp = start_metrics("127.0.0.1:0", "127.0.0.1:1", lambda: [], interval=30)
+    port = exp.port
+    assert scrape(port)
+    exp.close()
+    with pytest.raises(urllib.error.URLError):
+        scrape(port)
+
+
+def test_busy_port_raises_oserror() -> None:
+    exp = start_metrics("127.0.0.1:0", "127.0.0.1:1", lambda: [], interval=30)
+    try:
+        with pytest.raises(OSError):
+            start_metrics(f"127.0.0.1:{exp.port}", "127.0.0.1:1", lambda: [])
+    finally:
+        exp.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("127.0.0.1:9100", ("127.0.0.1", 9100)), (":9100", ("0.0.0.0", 9100)),
+     ("[::1]:9100", ("::1", 9100)), ("localhost:0", ("localhost", 0))],
+)  # fmt: skip
+def test_parse_hostport(text: str, expected: tuple[str, int]) -> None:
+    assert parse_hostport(text) == expected
+
+
+@pytest.mark.parametrize("text", ["9100", "host:", "host:port", "h:70000"])
+def test_parse_hostport_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_hostport(text)

@@ -1,0 +1,12 @@
+"""Running one job's command: spawn in its own session, feed stdin, read output, kill trees.
+
+Public interface: ``run_command`` returns a ``ProcessResult``; ``KillReason`` says why we
+killed a command; ``set_child_subreaper`` lets the supervisor adopt (and so reap) the
+orphaned descendants of the commands it kills.
+"""
+
+from cmdstalk_py.process.kill import set_child_subreaper
+from cmdstalk_py.process.result import KillReason, ProcessResult
+from cmdstalk_py.process.run import run_command
+
+__all__ = ["KillReason", "ProcessResult", "run_command", "set_child_subreaper"]

@@ -1,0 +1,333 @@
+"""``run_command``: run one job's command to completion on the calling thread.
+
+One ``poll`` loop watches the stdin pipe (while payload is left), stdout, stderr and a
+pidfd for the process itself, so the payload is written while output is read (no deadlock
+at any size) and the run ends when the *process* exits, not when its pipes close (a
+grandchild may hold them open). No helper threads: a broker thread drives everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from cmdstalk_py.process.kill import TreeKiller, group_exists
+from cmdstalk_py.process.output import OutputStream
+from cmdstalk_py.process.result import KillReason, ProcessResult
+from cmdstalk_py.process.spawn import Spawned, describe_spawn_error, spawn
+
+# A pipe holds 64 KiB by default; one read per wakeup takes what is there.
+_READ_SIZE = 65536
+# A write of at most PIPE_BUF bytes to a fresh pipe always fits (even a pipe shrunk to its
+# minimum size), so small payloads skip switching the pipe to non-blocking mode.
+_PIPE_BUF = select.PIPE_BUF
+# After the process exited, how many more poll rounds may read output still in the pipes;
+# bounds the time a surviving grandchild that keeps writing can hold us.
+_DRAIN_ROUNDS = 64
+_POLLIN = select.POLLIN
+_POLLOUT = select.POLLOUT
+
+
+def run_command(
+    argv: Sequence[str],
+    payload: bytes,
+    env: Mapping[str, str],
+    *,
+    deadline: float | None = None,
+    grace: float = 1.0,
+    tail_bytes: int = 4096,
+    on_stdout_line: Callable[[bytes], None] | None = None,
+    on_stderr_line: Callable[[bytes], None] | None = None,
+    stop: threading.Event | None = None,
+    stop_now: threading.Event | None = None,
+    on_kill: Callable[[str], None] | None = None,
+    reap_group: bool = True,
+    max_line_bytes: int = 65536,
+    poll_interval: float = 0.05,
+) -> ProcessResult:
+    """Run ``argv`` with ``payload`` on its stdin and ``env`` as its whole environment.
+
+    The command starts in a new session (its own process group). Its stdout and stderr
+    are read as they come: the last ``tail_bytes`` of each end up in the result, and each
+    line (without its newline; a line longer than ``max_line_bytes`` in pieces; a last
+    line without newline at the end) goes to ``on_stdout_line`` / ``on_stderr_line``.
+
+    Killing (``killed`` in the result says why): at ``deadline`` (a ``time.monotonic()``
+    value) or when ``stop`` is set, SIGTERM goes to the process group and every descendant,
+    SIGKILL to whatever is left ``grace`` seconds later; ``stop_now`` sends SIGKILL at once.
+    ``on_kill`` is told each signal sent. Events are checked every ``poll_interval`` s.
+    With ``reap_group``, members of the group left behind by a command that exited on its
+    own are cleaned up the same way (TERM, then KILL after ``grace``).
+
+    A command that cannot be started gives a result with ``spawn_error`` set; this function
+    does not raise for that. If a line callback raises, the command is killed, reaped and
+    the exception propagates.
+    """
+    started = time.monotonic()
+    try:
+        child = spawn(argv, env)
+    except (OSError, ValueError) as exc:
+        return ProcessResult(
+            exit_code=None,
+            signal=None,
+            killed=None,
+            duration_s=time.monotonic() - started,
+            stdout_tail=b"",
+            stderr_tail=b"",
+            spawn_error=describe_spawn_error(exc, argv),
+        )
+    run = _Run(
+        child,
+        payload,
+        started,
+        OutputStream(tail_bytes, on_stdout_line, max_line_bytes),
+        OutputStream(tail_bytes, on_stderr_line, max_line_bytes),
+        deadline,
+        grace,
+        stop,
+        stop_now,
+        on_kill,
+        poll_interval,
+    )
+    try:
+        return run.execute(reap_group)
+    finally:
+        run.close()
+
+
+class _Run:
+    """State of one running command; ``execute`` is the poll loop."""
+
+    def __init__(
+        self,
+        child: Spawned,
+        payload: bytes,
+        started: float,
+        out: OutputStream,
+        err: OutputStream,
+        deadline: float | None,
+        grace: float,
+        stop: threading.Event | None,
+        stop_now: threading.Event | None,
+        on_kill: Callable[[str], None] | None,
+        poll_interval: float,
+    ) -> None:
+        self.pid = child.pid
+        self.started = started
+        self.ended = started
+        self.out = out
+        self.err = err
+        self.streams: dict[int, OutputStream] = {child.stdout: out, child.stderr: err}
+        self.stdin: int | None = child.stdin
+        self.payload = memoryview(payload)
+        self.written = 0
+        self.deadline = deadline
+        self.grace = grace
+        self.stop = stop
+        self.stop_now = stop_now
+        self.on_kill = on_kill
+        self.poll_interval = poll_interval
+        self.status: int | None = None  # raw wait status once reaped
+        self.reaped = False
+        self.killed: KillReason | None = None
+        self.killer: TreeKiller | None = None
+        self.kill_at: float | None = None  # when SIGTERM escalates to SIGKILL
+        self.hard = False  # SIGKILL sent
+        self.poller = select.poll()
+        self.pidfd = os.pidfd_open(child.pid)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def execute(self, reap_group: bool) -> ProcessResult:
+        poller = self.poller
+        poller.register(self.pidfd, _POLLIN)
+        for fd in self.streams:
+            poller.register(fd, _POLLIN)
+        self._start_stdin()
+        drain_rounds = 0
+        while True:
+            timeout = 0 if self.reaped else self._timeout_ms(time.monotonic())
+            events = poller.poll(timeout)
+            for fd, _mask in events:
+                if fd == self.pidfd:
+                    self._reap()
+                elif fd == self.stdin:
+                    self._write_stdin()
+                elif fd in self.streams:
+                    self._read(fd)
+            if self.reaped:
+                # Take what is already in the pipes, then stop: whoever still holds them
+                # open is not the command.
+                if not events or not self.streams or drain_rounds >= _DRAIN_ROUNDS:
+                    break
+                drain_rounds += 1
+            elif self.killed is None or not self.hard:
+                self._check_kill(time.monotonic())
+        self.out.finish()
+        self.err.finish()
+        cleanup: tuple[str, ...] = ()
+        if self.killer is not None:
+            self.killer.finish(None if self.hard else self.kill_at, self.stop_now)
+        elif reap_group and group_exists(self.pid):
+            cleaner = TreeKiller(self.pid)
+            cleaner.send(signal.SIGTERM)
+            cleaner.finish(time.monotonic() + self.grace, self.stop_now)
+            cleanup = tuple(cleaner.sent)
+        return self._result(cleanup)
+
+    def _timeout_ms(self, now: float) -> int:
+        """Milliseconds until the next thing to check (-1: only I/O can wake us)."""
+        wake: float | None = None
+        if self.killed is None:
+            wake = self.deadline
+            if self.stop is not None or self.stop_now is not None:
+                check = now + self.poll_interval
+                wake = check if wake is None else min(wake, check)
+        elif not self.hard:
+            wake = self.kill_at
+            if self.stop_now is not None:
+                wake = min(wake or now, now + self.poll_interval)
+        if wake is None:
+            return -1
+        # Round up so we never wake a hair before the deadline and spin.
+        return max(0, int((wake - now) * 1000.0) + 1)
+
+    # -- stdin ------------------------------------------------------------------------
+
+    def _start_stdin(self) -> None:
+        fd = self.stdin
+        assert fd is not None
+        size = len(self.payload)
+        if size == 0:
+            self._close_stdin()
+        elif size <= _PIPE_BUF:
+            # BrokenPipe: the command closed stdin or exited without reading; its business.
+            with contextlib.suppress(BrokenPipeError):
+                os.write(fd, self.payload)
+            self._close_stdin()
+        else:
+            os.set_blocking(fd, False)
+            self._write_stdin()
+            if self.stdin is not None:
+                self.poller.register(fd, _POLLOUT)
+
+    def _write_stdin(self) -> None:
+        fd = self.stdin
+        assert fd is not None
+        try:
+            while self.written < len(self.payload):
+                self.written += os.write(fd, self.payload[self.written :])
+        except BlockingIOError:
+            return  # pipe full: poll tells us when there is room
+        except BrokenPipeError:
+            pass
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        fd = self.stdin
+        if fd is None:
+            return
+        self.stdin = None
+        if self.written < len(self.payload) and len(self.payload) > _PIPE_BUF:
+            self.poller.unregister(fd)
+        os.close(fd)
+
+    # -- stdout / stderr --------------------------------------------------------------
+
+    def _read(self, fd: int) -> None:
+        data = os.read(fd, _READ_SIZE)
+        if data:
+            self.streams[fd].feed(data)
+            return
+        self.poller.unregister(fd)
+        del self.streams[fd]
+        os.close(fd)
+
+    # -- exit and killing -------------------------------------------------------------
+
+    def _reap(self) -> None:
+        try:
+            _, self.status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            self.status = None  # someone else reaped it (a waitpid(-1) elsewhere)
+        self.ended = time.monotonic()
+        self.reaped = True
+        self.poller.unregister(self.pidfd)
+        os.close(self.pidfd)
+        self.pidfd = -1
+        self._close_stdin()  # nobody left to read the rest of the payload
+
+    def _check_kill(self, now: float) -> None:
+        if self.stop_now is not None and self.stop_now.is_set():
+            self._escalate(KillReason.SHUTDOWN)
+        elif self.killed is None:
+            if self.deadline is not None and now >= self.deadline:
+                self._terminate(KillReason.TTR, now)
+            elif self.stop is not None and self.stop.is_set():
+                self._terminate(KillReason.SHUTDOWN, now)
+        elif self.kill_at is not None and now >= self.kill_at:
+            self._escalate(self.killed)
+
+    def _terminate(self, reason: KillReason, now: float) -> None:
+        # COMMAND RUNNING -> TERM SENT (SIGKILL follows at kill_at)
+        self.killed = reason
+        self.killer = TreeKiller(self.pid, self.on_kill)
+        self.killer.collect()
+        if self.grace <= 0:
+            self._escalate(reason)
+            return
+        self.killer.send(signal.SIGTERM)
+        self.kill_at = now + self.grace
+
+    def _escalate(self, reason: KillReason) -> None:
+        # COMMAND RUNNING or TERM SENT -> KILL SENT
+        if self.killed is None:
+            self.killed = reason
+        if self.killer is None:
+            self.killer = TreeKiller(self.pid, self.on_kill)
+        self.killer.collect()  # new children may have appeared since SIGTERM
+        self.killer.send(signal.SIGKILL)
+        self.hard = True
+
+    # -- result and cleanup -----------------------------------------------------------
+
+    def _result(self, cleanup: tuple[str, ...]) -> ProcessResult:
+        status = self.status
+        exit_code: int | None = None
+        sig: int | None = None
+        if status is not None:
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+            elif os.WIFEXITED(status):
+                exit_code = os.WEXITSTATUS(status)
+        return ProcessResult(
+            exit_code=exit_code,
+            signal=sig,
+            killed=self.killed,
+            duration_s=self.ended - self.started,
+            stdout_tail=self.out.tail,
+            stderr_tail=self.err.tail,
+            spawn_error=None,
+            kill_signals=tuple(self.killer.sent) if self.killer is not None else (),
+            cleanup_signals=cleanup,
+        )
+
+    def close(self) -> None:
+        """Release every fd; if we got here by an exception, kill and reap the command."""
+        if not self.reaped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.reaped = True
+        for fd in (self.stdin, self.pidfd, *self.streams):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+        self.stdin = None
+        self.pidfd = -1
+        self.streams.clear()

@@ -1,0 +1,106 @@
+"""Starting a command in a new session with its three standard streams on pipes.
+
+``os.posix_spawn`` is used (glibc implements it with ``clone(CLONE_VM|CLONE_VFORK)``, so no
+page tables are copied and exec errors come back as an ``OSError``). It was measured
+against ``subprocess.Popen(process_group=0)`` (which also uses vfork): see the benchmark
+notes in ``benchmarks/drain.py``. Every fd Python creates is close-on-exec (PEP 446), so
+only the three pipe ends ``dup2``-ed onto 0, 1 and 2 reach the command.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Signals the command gets with default disposition even if the supervisor ignores them
+# (Python itself ignores SIGPIPE and SIGXFSZ; a caller might ignore SIGINT or SIGHUP).
+# Handled signals are reset by exec anyway; ignored ones would be inherited.
+_DEFAULT_SIGNALS = (
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCHLD,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """A started command: its pid (also its process group and session id) and our pipe ends."""
+
+    pid: int
+    stdin: int  # write end
+    stdout: int  # read end
+    stderr: int  # read end
+
+
+def _above_stdio(fd: int) -> int:
+    """Move ``fd`` to 3 or above so dup2 onto 0-2 cannot clobber another pipe end."""
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    if r < 3 or w < 3:  # only when the supervisor runs with 0/1/2 closed
+        return _above_stdio(r), _above_stdio(w)
+    return r, w
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
+    """Start ``argv`` in a new session (its own process group), stdio on fresh pipes.
+
+    Raises OSError (e.g. FileNotFoundError) when the program cannot be executed; nothing
+    leaks in that case. A program name without ``/`` is looked up in the supervisor's PATH.
+    """
+    if not argv:
+        raise ValueError("empty command")
+    fds: list[int] = []
+    try:
+        in_r, in_w = _pipe()
+        fds += (in_r, in_w)
+        out_r, out_w = _pipe()
+        fds += (out_r, out_w)
+        err_r, err_w = _pipe()
+        fds += (err_r, err_w)
+        actions = [
+            (os.POSIX_SPAWN_DUP2, in_r, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ]
+        launch = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
+        pid = launch(
+            argv[0],
+            list(argv),
+            env,
+            file_actions=actions,
+            setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+            setsigmask=(),
+        )
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    os.close(in_r)
+    os.close(out_w)
+    os.close(err_w)
+    return Spawned(pid, in_w, out_r, err_r)
+
+
+def describe_spawn_error(exc: BaseException, argv: Sequence[str]) -> str:
+    """One line for a command that could not start, e.g. ``No such file or directory: /bin/x``."""
+    program = argv[0] if argv else "<empty command>"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"{os.strerror(exc.errno)}: {program}"
+    return f"{exc}: {program}"

@@ -1,14 +1,271 @@
-"""The ``cmdstalk`` command line (the supervisor); filled in by the supervisor issue."""
+"""The ``cmdstalk`` command line: Go cmdstalk's flags (both spellings) plus the new ones.
+
+``main()`` rewrites Go-style arguments (``-all -per-tube=6``) into GNU form (``goflags``),
+click parses and validates them (a bad value is one line and exit status 2), and ``serve``
+wires logging, observers (event log, metrics, systemd) and, with ``--embedded``, the
+bundled server around a ``Supervisor``. Every option can also come from ``CMDSTALK_<NAME>``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
 import click
 
-from cmdstalk_py import __version__
+from cmdstalk_py import __version__, goflags
+from cmdstalk_py.config import (
+    DEFAULT_ADDRESS,
+    DEFAULT_SHELL,
+    DEFAULT_TUBE,
+    Config,
+    parse_address,
+    parse_exit_codes,
+    parse_shell,
+    parse_tubes,
+    validate_cmd,
+)
+
+log = logging.getLogger("cmdstalk")
+
+T = TypeVar("T")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version")
-def main() -> None:
-    """Run a command for every beanstalkd job (not implemented yet)."""
-    raise click.UsageError("the supervisor is not implemented yet")
+def _parsed(parse: Callable[[Any], T]) -> Callable[[click.Context, click.Parameter, Any], T]:
+    """A click callback that turns a parser's ValueError into click's one-line usage error."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> T:
+        try:
+            return parse(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+
+    return callback
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Options that wire things around the supervisor rather than configure brokers."""
+
+    embedded: bool = False
+    embedded_max_job_size: int | None = None
+    log_format: str = "text"
+    log_level: str = "INFO"
+    events: str | None = None
+    metrics: str | None = None
+
+
+def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(*decls, envvar=f"CMDSTALK_{env}", show_envvar=True, **kw)
+
+
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Go cmdstalk spellings work too: -address=HOST:PORT -all -cmd=CMD -per-tube=N "
+    "-tubes=a,b.",
+)
+@_option("--address", env="ADDRESS", default=DEFAULT_ADDRESS, show_default=True,
+         callback=_parsed(parse_address), help="beanstalkd server, HOST:PORT.")
+@_option("--all/--no-all", "all_tubes", env="ALL", default=False,
+         help="Serve every tube, including tubes created later (polls list-tubes).")
+@_option("--cmd", env="CMD", required=True, callback=_parsed(validate_cmd),
+         help="Command run for each job, with the payload on its stdin.")
+@_option("--per-tube", env="PER_TUBE", type=click.IntRange(min=1), default=1, show_default=True,
+         help="Brokers (concurrent jobs) per tube.")
+@_option("--tubes", env="TUBES", multiple=True, default=[DEFAULT_TUBE], show_default=True,
+         callback=_parsed(parse_tubes), help="Comma-separated tubes to serve (repeatable).")
+@_option("--discover-interval", env="DISCOVER_INTERVAL", type=click.FloatRange(min=0.05),
+         default=1.0, show_default=True, help="Seconds between tube discoveries with --all.")
+@_option("--max-releases", env="MAX_RELEASES", type=click.IntRange(min=1), default=10,
+         show_default=True, help="Bury a job at its Nth failure (it runs at most N times).")
+@_option("--max-timeouts", env="MAX_TIMEOUTS", type=click.IntRange(min=1), default=1,
+         show_default=True, help="Bury, unrun, a job that timed out on the server this often.")
+@_option("--backoff-exponent", env="BACKOFF_EXPONENT", type=click.FloatRange(min=0), default=4.0,
+         show_default=True, help="Release delay is releases**EXPONENT seconds.")
+@_option("--backoff-max", env="BACKOFF_MAX", type=click.IntRange(min=0), default=None,
+         help="Cap on the release delay, seconds (default: no cap).")
+@_option("--kill-grace", env="KILL_GRACE", type=click.FloatRange(min=0), default=2.0,
+         show_default=True, help="Seconds between SIGTERM and SIGKILL (less for short TTRs).")
+@_option("--ttr-margin", env="TTR_MARGIN", type=click.FloatRange(min=0), default=1.0,
+         show_default=True, help="A job is killed this long before its TTR (at most TTR/4).")
+@_option("--shell", env="SHELL", default=DEFAULT_SHELL, show_default=True,
+         callback=_parsed(parse_shell), help="Shell that runs --cmd (the command is its last "
+         "argument).")
+@_option("--bury-exit-codes", env="BURY_EXIT_CODES", default="", callback=_parsed(parse_exit_codes),
+         help="Comma-separated exit codes that bury the job at once (permanent failure).")
+@_option("--max-jobs", env="MAX_JOBS", type=click.IntRange(min=1), default=None,
+         help="Exit 0 after this many jobs.")
+@_option("--shutdown-timeout", env="SHUTDOWN_TIMEOUT", type=click.FloatRange(min=0),
+         default=None, help="On SIGTERM, kill and release jobs still running after this many "
+         "seconds (default: let each run to its TTR deadline).")
+@_option("--embedded/--no-embedded", env="EMBEDDED", default=False,
+         help="Start the bundled beanstalkd-compatible server in-process on --address.")
+@_option("--embedded-max-job-size", env="EMBEDDED_MAX_JOB_SIZE", type=click.IntRange(min=1),
+         default=None, help="Max job size of the --embedded server, bytes.")
+@_option("--log-format", env="LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
+         show_default=True, help="Log line format on stderr.")
+@_option("--log-level", env="LOG_LEVEL", default="INFO", show_default=True,
+         type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                           case_sensitive=False), help="Least severe level logged.")
+@_option("--events", env="EVENTS", default=None, metavar="PATH",
+         help="Append one JSON line per finished job to PATH ('-' for stdout).")
+@_option("--metrics", env="METRICS", default=None, metavar="HOST:PORT",
+         help="Serve Prometheus metrics on HOST:PORT.")
+@click.version_option(__version__, "--version", prog_name="cmdstalk")
+def command(
+    address: tuple[str, int],
+    all_tubes: bool,
+    cmd: str,
+    per_tube: int,
+    tubes: tuple[str, ...],
+    discover_interval: float,
+    max_releases: int,
+    max_timeouts: int,
+    backoff_exponent: float,
+    backoff_max: int | None,
+    kill_grace: float,
+    ttr_margin: float,
+    shell: tuple[str, ...],
+    bury_exit_codes: frozenset[int],
+    max_jobs: int | None,
+    shutdown_timeout: float | None,
+    embedded: bool,
+    embedded_max_job_size: int | None,
+    log_format: str,
+    log_level: str,
+    events: str | None,
+    metrics: str | None,
+) -> None:
+    """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
+    the job, another exit releases it with backoff, a TTR overrun kills and buries it.
+    """
+    config = Config(
+        cmd=cmd,
+        host=address[0],
+        port=address[1],
+        tubes=tubes,
+        all_tubes=all_tubes,
+        per_tube=per_tube,
+        shell=shell,
+        discover_interval=discover_interval,
+        max_releases=max_releases,
+        max_timeouts=max_timeouts,
+        backoff_exponent=backoff_exponent,
+        backoff_max=backoff_max,
+        kill_grace=kill_grace,
+        ttr_margin=ttr_margin,
+        bury_exit_codes=bury_exit_codes,
+        max_jobs=max_jobs,
+        shutdown_timeout=shutdown_timeout,
+    )
+    extras = Extras(
+        embedded=embedded,
+        embedded_max_job_size=embedded_max_job_size,
+        log_format=log_format,
+        log_level=log_level.upper(),
+        events=events,
+        metrics=metrics,
+    )
+    sys.exit(serve(config, extras))
+
+
+def serve(config: Config, extras: Extras) -> int:
+    """Run the supervisor with logging, observers and (optionally) the embedded server."""
+    from cmdstalk_py.logsetup import configure_logging
+    from cmdstalk_py.observe import Observers
+    from cmdstalk_py.supervisor import Supervisor
+
+    configure_logging(extras.log_format, extras.log_level)
+    observers = Observers()
+    on_hup: Callable[[], None] | None = None
+    if extras.events is not None:
+        from cmdstalk_py.events import EventLog
+
+        try:
+            eventlog = EventLog(extras.events)
+        except OSError as e:
+            raise click.BadParameter(
+                f"cannot open {extras.events}: {e}", param_hint="--events"
+            ) from None
+        observers.add(eventlog)
+        on_hup = eventlog.reopen
+    with _embedded_server(config, extras):
+        supervisor = Supervisor(config, observers, on_hup=on_hup)
+        if extras.metrics is not None:
+            from cmdstalk_py.metrics import start_metrics
+
+            try:
+                observers.add(
+                    start_metrics(extras.metrics, config.address, supervisor.dispatcher.tubes)
+                )
+            except (ValueError, OSError) as e:
+                raise click.BadParameter(str(e), param_hint="--metrics") from None
+        from cmdstalk_py.notify import SystemdNotifier
+        from cmdstalk_py.process import set_child_subreaper
+
+        # After the other observers: it removes NOTIFY_SOCKET from the environment that
+        # job commands inherit.
+        observers.add(SystemdNotifier())
+        # Grandchildren orphaned by a killed command become ours, so they are reaped.
+        set_child_subreaper()
+        log.info(
+            "cmdstalk %s: %s on %s, %d per tube, cmd %r",
+            __version__,
+            "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes),
+            config.address,
+            config.per_tube,
+            config.cmd,
+        )
+        return supervisor.run()
+
+
+@contextlib.contextmanager
+def _embedded_server(config: Config, extras: Extras) -> Iterator[None]:
+    if not extras.embedded:
+        yield
+        return
+    from cmdstalk_py.server.embedded import EmbeddedServer  # type: ignore[import-not-found,unused-ignore]
+
+    kwargs: dict[str, Any] = {}
+    if extras.embedded_max_job_size is not None:
+        kwargs["max_job_size"] = extras.embedded_max_job_size
+    try:
+        server = EmbeddedServer(config.host, config.port, **kwargs)
+    except OSError as e:
+        raise click.ClickException(
+            f"cannot start the embedded server on {config.address}: {e}"
+        ) from None
+    with server:
+        log.info("embedded server listening on %s", config.address)
+        yield
+
+
+def _option_names() -> tuple[list[str], list[str]]:
+    """Long option names of ``command``: (those taking a value, boolean flags with --no-)."""
+    values: list[str] = []
+    flags: list[str] = []
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        longs = [o[2:] for o in param.opts if o.startswith("--")]
+        if param.is_flag:
+            flags.extend(longs)
+        else:
+            values.extend(longs)
+    return values, flags
+
+
+def normalize_args(args: Sequence[str]) -> list[str]:
+    """``args`` with Go-style spellings (``-all``, ``-per-tube=6``) rewritten for click."""
+    values, flags = _option_names()
+    return goflags.normalize(args, values, flags)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``cmdstalk`` (also ``python -m cmdstalk_py``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command.main(args=normalize_args(args), prog_name="cmdstalk")

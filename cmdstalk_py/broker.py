@@ -1,0 +1,403 @@
+"""A broker: one thread, one connection, one tube; reserves jobs and runs each as a process.
+
+``run_once()`` handles at most one job and returns its ``JobResult`` (None when the reserve
+timed out); ``run()`` loops on it until a stop event is set. Per job: reserve, one
+``stats-job``, policy (``policy.py``), the command (``process.run_command``) with a deadline
+before the TTR, then delete / release / bury while the reservation is still ours. Any
+failure talking to the server makes the job LOST (the server takes it back by itself) and
+the connection is rebuilt; nothing here raises out of ``run()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+import greenstalk
+
+from cmdstalk_py.config import Config
+from cmdstalk_py.connection import CONNECTION_ERRORS, Client, Connection, Stopped
+from cmdstalk_py.observe import Observer
+from cmdstalk_py.policy import Decision, decide, kill_schedule, precheck
+from cmdstalk_py.process import KillReason, ProcessResult, run_command
+from cmdstalk_py.results import JobResult, Outcome
+
+log = logging.getLogger("cmdstalk.broker")
+# Job output has its own logger so it can be silenced (or routed) apart from the rest.
+output_log = logging.getLogger("cmdstalk.output")
+
+Job = greenstalk.Job[bytes]
+
+
+class JobBudget:
+    """``--max-jobs``, shared by all brokers: a ticket per reservation, counted when done.
+
+    A broker takes a ticket before it reserves and gives it back when the reserve times
+    out, so at most ``limit`` jobs are ever reserved; ``spent`` once ``limit`` finished.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self._left = limit
+        self._finished = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Take a ticket before reserving; False when none are free right now."""
+        if self._left is None:
+            return True
+        with self._lock:
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+    def give_back(self) -> None:
+        """The reserve found no job: the ticket returns to the pool."""
+        if self._left is None:
+            return
+        with self._lock:
+            self._left += 1
+
+    def finish(self) -> None:
+        """A job reserved with a ticket is done."""
+        if self._limit is None:
+            return
+        with self._lock:
+            self._finished += 1
+
+    @property
+    def spent(self) -> bool:
+        """All ``limit`` jobs are finished: time to exit."""
+        return self._limit is not None and self._finished >= self._limit
+
+    @property
+    def busy(self) -> bool:
+        """No ticket free now (others are reserving or running with them)."""
+        return self._left is not None and self._left <= 0
+
+
+class Broker:
+    """Runs the jobs of one tube, one at a time, as ``slot`` of that tube's brokers.
+
+    ``stop`` ends reserving (``run`` may be given another event); ``kill`` makes a running
+    command be stopped (TERM, grace, KILL) and its job released; ``kill_now`` does the same
+    with SIGKILL at once. ``budget`` is shared between brokers for ``--max-jobs``.
+    Usable standalone: ``Broker(config, "mail", 0).run(stop_event)``.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        tube: str,
+        slot: int,
+        observer: Observer | None = None,
+        *,
+        stop: threading.Event | None = None,
+        kill: threading.Event | None = None,
+        kill_now: threading.Event | None = None,
+        budget: JobBudget | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.tube = tube
+        self.slot = slot
+        self.where = f"{tube}:{slot}"
+        self._observer = observer or Observer()
+        self._stop = stop or threading.Event()
+        self._kill = kill or threading.Event()
+        self._kill_now = kill_now or threading.Event()
+        self._budget = budget or JobBudget(None)
+        self._argv = config.argv()
+        self._env = dict(os.environ if environ is None else environ)
+        self._extra: dict[str, object] = {"tube": tube, "slot": slot}
+        self.connection = Connection(
+            config.host,
+            config.port,
+            where=self.where,
+            stop=self._stop,
+            watch=tube,
+            io_timeout=config.io_timeout,
+            max_wait=config.reconnect_max_wait,
+            observer=self._observer,
+        )
+        self._idle_since = time.monotonic()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(
+        self,
+        stop_event: threading.Event | None = None,
+        max_jobs: int | None = None,
+        idle_timeout: float | None = None,
+    ) -> int:
+        """Handle jobs until ``stop_event`` is set, ``max_jobs`` are done, the shared budget
+        is spent, or no job came for ``idle_timeout`` seconds. Returns the number of jobs.
+        """
+        if stop_event is not None:
+            self._stop = stop_event
+            self.connection.stop = stop_event
+        done = 0
+        self._idle_since = time.monotonic()
+        self._observer.broker_busy(self.tube, self.slot, False)
+        try:
+            while not self._stop.is_set() and (max_jobs is None or done < max_jobs):
+                if self._budget.spent:
+                    break
+                if self._budget.busy:  # other brokers hold the last tickets; one may return
+                    self._stop.wait(0.05)
+                    continue
+                try:
+                    result = self.run_once()
+                except Stopped:
+                    break
+                except Exception:
+                    # A bug must not kill the thread or leave a job half-handled: dropping
+                    # the connection makes the server take back whatever we held.
+                    log.exception("%s: unexpected error; reconnecting", self.where)
+                    self.connection.drop()
+                    self._stop.wait(1.0)
+                    continue
+                if result is not None:
+                    done += 1
+                elif (
+                    idle_timeout is not None
+                    and time.monotonic() - self._idle_since >= idle_timeout
+                ):
+                    break
+        finally:
+            self.connection.close()
+        return done
+
+    def run_once(self) -> JobResult | None:
+        """Reserve and handle one job; None when no job came within the reserve timeout.
+
+        Raises ``Stopped`` when the stop event is set while (re)connecting.
+        """
+        client = self.connection.client()
+        if not self._budget.take():
+            return None
+        try:
+            job: Job = client.reserve(self.config.reserve_timeout)
+        except greenstalk.TimedOutError:
+            self._budget.give_back()
+            return None
+        except greenstalk.DeadlineSoonError:  # cannot happen: we hold no other job
+            self._budget.give_back()
+            return None
+        except CONNECTION_ERRORS as e:
+            self._budget.give_back()
+            self.connection.drop(e)
+            return None
+        reserved_at = time.monotonic()
+        started_at = time.time()
+        self._observer.reserve_waited(self.tube, reserved_at - self._idle_since)
+        try:
+            result = self._handle(client, job, reserved_at, started_at)
+        finally:
+            self._idle_since = time.monotonic()
+        self._budget.finish()
+        self._observer.job_finished(result)
+        return result
+
+    # -- one job --------------------------------------------------------------------------
+
+    def _handle(self, client: Client, job: Job, reserved_at: float, started_at: float) -> JobResult:
+        try:
+            stats = client.stats_job(job.id)
+        except greenstalk.NotFoundError:
+            return self._lost(job, started_at, "NOT_FOUND on stats-job: reservation expired")
+        except CONNECTION_ERRORS as e:
+            self.connection.drop(e)
+            return self._lost(job, started_at, f"connection lost before running: {e}")
+        pri, ttr = stats["pri"], stats["ttr"]
+        releases, timeouts = stats["releases"], stats["timeouts"]
+        common = {
+            "job_id": job.id,
+            "tube": self.tube,
+            "slot": self.slot,
+            "started_at": started_at,
+            "priority": pri,
+            "ttr": ttr,
+            "releases": releases,
+            "timeouts": timeouts,
+            "reserves": stats["reserves"],
+            "age_s": stats["age"],
+            "payload_bytes": len(job.body),
+        }
+        # A job reserved just as shutdown began runs like any other: releasing it unrun
+        # would count a release against it, and it is bounded by its TTR all the same.
+        proc: ProcessResult | None = None
+        error: str | None = None
+        decision = precheck(
+            releases,
+            timeouts,
+            stats["kicks"],
+            max_releases=self.config.max_releases,
+            max_timeouts=self.config.max_timeouts,
+        )
+        if decision is not None:
+            log.warning(
+                "buried without running (releases=%d, timeouts=%d, kicks=%d)",
+                releases,
+                timeouts,
+                stats["kicks"],
+                extra=self._job_extra(job.id, "precheck_buried"),
+            )
+        else:
+            proc = self._run(job, stats, reserved_at)
+            decision = self._decide(proc, releases)
+            error = proc.spawn_error
+        outcome, act_error = self._act(client, job, decision, pri)
+        ended_at = time.time()
+        result = JobResult(
+            **common,  # type: ignore[arg-type]
+            outcome=outcome,
+            ended_at=ended_at,
+            exit_code=proc.exit_code if proc else None,
+            signal=proc.signal if proc else None,
+            release_delay=decision.delay if outcome is Outcome.RELEASED else None,
+            stdout_tail=proc.stdout_tail.decode("utf-8", "replace") if proc else "",
+            stderr_tail=proc.stderr_tail.decode("utf-8", "replace") if proc else "",
+            error=act_error or error,
+        )
+        self._log_result(result)
+        return result
+
+    def _run(self, job: Job, stats: greenstalk.StatsJob, reserved_at: float) -> ProcessResult:
+        plan = kill_schedule(stats["ttr"], self.config.ttr_margin, self.config.kill_grace)
+        env = self._env.copy()
+        env["CMDSTALK_JOB_ID"] = str(job.id)
+        env["CMDSTALK_TUBE"] = self.tube
+        env["CMDSTALK_PRIORITY"] = str(stats["pri"])
+        env["CMDSTALK_TTR"] = str(stats["ttr"])
+        env["CMDSTALK_RELEASES"] = str(stats["releases"])
+        env["CMDSTALK_TIMEOUTS"] = str(stats["timeouts"])
+        env["CMDSTALK_RESERVES"] = str(stats["reserves"])
+        env["CMDSTALK_AGE"] = str(stats["age"])
+        self._observer.broker_busy(self.tube, self.slot, True)
+        try:
+            return run_command(
+                self._argv,
+                job.body,
+                env,
+                deadline=reserved_at + plan.term_after,
+                grace=plan.grace,
+                tail_bytes=self.config.tail_bytes,
+                on_stdout_line=self._line_logger(job.id, "stdout"),
+                on_stderr_line=self._line_logger(job.id, "stderr"),
+                stop=self._kill,
+                stop_now=self._kill_now,
+                on_kill=self._kill_reporter(job.id),
+            )
+        finally:
+            self._observer.broker_busy(self.tube, self.slot, False)
+
+    def _decide(self, proc: ProcessResult, releases: int) -> Decision:
+        c = self.config
+        return decide(
+            exit_code=proc.exit_code,
+            ttr_killed=proc.killed is KillReason.TTR,
+            shutdown_killed=proc.killed is KillReason.SHUTDOWN,
+            releases=releases,
+            max_releases=c.max_releases,
+            bury_exit_codes=c.bury_exit_codes,
+            backoff_exponent=c.backoff_exponent,
+            backoff_max=c.backoff_max,
+        )
+
+    def _act(
+        self, client: Client, job: Job, decision: Decision, pri: int
+    ) -> tuple[Outcome, str | None]:
+        """Carry out ``decision`` on the reservation we hold; LOST if it is no longer ours.
+
+        Never on a new connection: if ours broke while the command ran, the server has
+        already put the job back (and may have given it to someone else).
+        """
+        command = decision.command
+        try:
+            if command == "delete":
+                client.delete(job.id)
+            elif command == "release":
+                client.release(job, pri, decision.delay or 0)
+            elif command == "bury":
+                client.bury(job, pri)
+        except greenstalk.NotFoundError:
+            return Outcome.LOST, f"NOT_FOUND on {command}: the reservation had expired"
+        except greenstalk.BuriedError:
+            # release could not grow the server's queue (out of memory): it buried the job.
+            return Outcome.BURIED, "server buried the job on release (out of memory)"
+        except CONNECTION_ERRORS as e:
+            self.connection.drop(e)
+            return Outcome.LOST, f"connection lost before {command}: {e}"
+        return decision.outcome, None
+
+    def _lost(self, job: Job, started_at: float, error: str) -> JobResult:
+        result = JobResult(
+            job_id=job.id,
+            tube=self.tube,
+            slot=self.slot,
+            outcome=Outcome.LOST,
+            started_at=started_at,
+            ended_at=time.time(),
+            priority=0,
+            ttr=0,
+            releases=0,
+            timeouts=0,
+            reserves=0,
+            age_s=0,
+            payload_bytes=len(job.body),
+            error=error,
+        )
+        self._log_result(result)
+        return result
+
+    # -- logging --------------------------------------------------------------------------
+
+    def _job_extra(self, job_id: int, event: str) -> dict[str, object]:
+        return {**self._extra, "job_id": job_id, "event": event}
+
+    def _log_result(self, r: JobResult) -> None:
+        level = logging.WARNING if r.outcome is Outcome.LOST else logging.INFO
+        if not log.isEnabledFor(level):
+            return
+        if r.exit_code is not None:
+            how = f"exit {r.exit_code}"
+        elif r.signal is not None:
+            how = f"signal {r.signal}"
+        else:
+            how = "not run"
+        delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
+        error = f" ({r.error})" if r.error else ""
+        log.log(
+            level,
+            "%s, %s%s in %.0f ms%s",
+            how,
+            r.outcome.value,
+            delay,
+            r.duration_ms,
+            error,
+            extra=self._job_extra(r.job_id, r.outcome.value),
+        )
+
+    def _line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
+        # None when output is not logged at all: then the runner need not split lines.
+        if not output_log.isEnabledFor(logging.INFO):
+            return None
+        extra = self._job_extra(job_id, stream)
+        prefix = stream + ": %s"
+
+        def on_line(line: bytes) -> None:
+            output_log.info(prefix, line.decode("utf-8", "replace").rstrip("\r\n"), extra=extra)
+
+        return on_line
+
+    def _kill_reporter(self, job_id: int) -> Callable[[str], None]:
+        def on_kill(signal_name: str) -> None:
+            log.warning("sent %s", signal_name, extra=self._job_extra(job_id, "kill"))
+            self._observer.process_killed(self.tube, signal_name)
+
+        return on_kill

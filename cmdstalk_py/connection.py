@@ -1,0 +1,152 @@
+"""One beanstalkd connection that heals itself: reconnect with tenacity, restore use/watch.
+
+Every broker and the dispatcher own one. ``client()`` hands out a connected greenstalk
+client, (re)connecting first when needed: exponential backoff with jitter, capped, each
+failed attempt logged with the address, until it works or the stop event is set (then
+``Stopped``). Callers report a broken connection with ``drop()``; the next ``client()``
+connects afresh. Connection errors never escape as anything but ``Stopped``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+
+import greenstalk
+import tenacity
+
+from cmdstalk_py.observe import Observer
+
+log = logging.getLogger("cmdstalk.connection")
+
+# What a dead or confused connection looks like through greenstalk: socket errors and EOF
+# (OSError, ConnectionError), a reply cut short (greenstalk asserts on the CRLF, int() on
+# the numbers) or a reply word it does not know. The connection is unusable after any.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    EOFError,
+    AssertionError,
+    ValueError,
+    greenstalk.UnknownResponseError,
+)
+
+Client = greenstalk.Client[bytes]
+
+
+class Stopped(Exception):
+    """The stop event was set while (re)connecting; the owner should wind down."""
+
+
+class Connection:
+    """A lazily (re)connected greenstalk client for one owner (``where``, e.g. ``mail:0``).
+
+    ``watch``: the one tube to watch (``default`` is ignored unless it is that tube);
+    ``use``: the tube to use. Both are restored after every reconnect.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        where: str,
+        stop: threading.Event,
+        watch: str | None = None,
+        use: str | None = None,
+        io_timeout: float = 30.0,
+        max_wait: float = 5.0,
+        observer: Observer | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.where = where
+        self.stop = stop
+        self._watch = watch
+        self._use = use
+        self._io_timeout = io_timeout
+        self._max_wait = max_wait
+        self._observer = observer or Observer()
+        self._client: Client | None = None
+        self._ever_connected = False
+        self.connected = threading.Event()  # set while a connection is up
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def client(self) -> Client:
+        """The connected client, connecting (with retries) first if needed; or ``Stopped``."""
+        if self._client is not None:
+            return self._client
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(CONNECTION_ERRORS),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.1, max=self._max_wait, jitter=0.2),
+            stop=lambda _state: self.stop.is_set(),
+            sleep=self._sleep,
+            before_sleep=self._log_failure,
+            reraise=True,
+        )
+        try:
+            client = retrying(self._connect)
+        except CONNECTION_ERRORS as e:  # only when the stop event ended the retries
+            raise Stopped(str(e)) from e
+        if self._ever_connected:
+            log.info("%s: reconnected to %s", self.where, self.address)
+            self._observer.reconnected(self.where, self.address)
+        else:
+            log.debug("%s: connected to %s", self.where, self.address)
+        self._ever_connected = True
+        self._client = client
+        self.connected.set()
+        return client
+
+    def _sleep(self, seconds: float) -> None:
+        self.stop.wait(seconds)  # a stop request cuts the back-off short
+
+    def _connect(self) -> Client:
+        if self.stop.is_set():
+            raise Stopped("stopping")
+        sock = socket.create_connection((self.host, self.port), timeout=self._io_timeout)
+        try:
+            # Requests are small and answered one at a time: never let Nagle hold them.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            watch = self._watch if self._watch is not None else greenstalk.DEFAULT_TUBE
+            use = self._use if self._use is not None else greenstalk.DEFAULT_TUBE
+            return greenstalk.Client(sock, encoding=None, use=use, watch=watch)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _log_failure(self, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "%s: cannot connect to %s (%s); retrying in %.1fs (attempt %d)",
+            self.where,
+            self.address,
+            exc or "unknown error",
+            delay,
+            state.attempt_number,
+        )
+
+    def drop(self, reason: object = None) -> None:
+        """Forget the current connection (it failed); the next ``client()`` reconnects."""
+        client, self._client = self._client, None
+        self.connected.clear()
+        if client is None:
+            return
+        if reason is not None:
+            log.warning("%s: connection to %s lost: %s", self.where, self.address, reason)
+        with contextlib.suppress(OSError):
+            client.close()
+
+    def close(self) -> None:
+        """Close the connection for good (on shutdown)."""
+        client, self._client = self._client, None
+        self.connected.clear()
+        if client is not None:
+            with contextlib.suppress(OSError):
+                client.close()

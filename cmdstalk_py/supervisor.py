@@ -1,0 +1,202 @@
+"""The supervisor's lifecycle: start the dispatcher, watch signals, shut down gracefully.
+
+States, in order (each transition is made in one place, ``_step``)::
+
+    STARTING --brokers connected--> RUNNING --signal / --max-jobs spent--> DRAINING
+    DRAINING --all brokers done--> STOPPED
+
+DRAINING: no new reservations; running jobs may finish until their own TTR deadline, or
+until ``--shutdown-timeout`` (then their process groups get TERM, grace, KILL and the jobs
+are released). A second SIGTERM/SIGINT kills every running command at once and releases its
+job. Signal handlers only count signals; the main loop, woken through the signal wakeup
+fd, acts on the count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import selectors
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+from cmdstalk_py.broker import JobBudget
+from cmdstalk_py.config import Config
+from cmdstalk_py.dispatcher import Dispatcher
+from cmdstalk_py.observe import Observer
+
+log = logging.getLogger("cmdstalk")
+
+HEARTBEAT_INTERVAL = 1.0
+# The main loop's longest sleep: bounds how late a timer (heartbeat, shutdown timeout) fires.
+TICK = 0.25
+# While starting, poll faster so READY goes out soon after the brokers connect.
+STARTING_TICK = 0.02
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+class Supervisor:
+    """Runs brokers for ``config`` until stopped; ``run()`` returns the exit status (0).
+
+    ``observer`` receives every hook (results, readiness, heartbeats) and is closed at the
+    end. ``on_hup`` runs in the main loop after a SIGHUP (e.g. reopen the event log).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        observer: Observer | None = None,
+        *,
+        on_hup: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.observer = observer or Observer()
+        self._on_hup = on_hup
+        self.stop_reserving = threading.Event()
+        self.kill = threading.Event()
+        self.kill_now = threading.Event()
+        self.budget = JobBudget(config.max_jobs)
+        self.dispatcher = Dispatcher(
+            config,
+            self.observer,
+            stop=self.stop_reserving,
+            kill=self.kill,
+            kill_now=self.kill_now,
+            budget=self.budget,
+        )
+        self.state = State.STARTING
+        # Written by signal handlers and request_stop(); read only by the main loop.
+        self._stop_requests = 0
+        self._hups = 0
+        self._hups_seen = 0
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._drain_started = 0.0
+        self._next_heartbeat = 0.0
+
+    # -- requests from other threads and from signal handlers -------------------------------
+
+    def request_stop(self) -> None:
+        """Same as a SIGTERM: the first call drains, the second kills running commands."""
+        self._stop_requests += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full buffer: a wake-up is already pending
+            self._wake_w.send(b"\0")
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_requests += 1  # flag only; the wakeup fd wakes the main loop
+
+    def _on_sighup(self, signum: int, frame: FrameType | None) -> None:
+        self._hups += 1
+
+    # -- the main loop ----------------------------------------------------------------------
+
+    def run(self, install_signals: bool = True) -> int:
+        """Serve until stopped. ``install_signals`` needs the main thread."""
+        with self._signals(install_signals), selectors.DefaultSelector() as sel:
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            try:
+                self.dispatcher.start()
+                while not self._step(time.monotonic()):
+                    tick = STARTING_TICK if self.state is State.STARTING else TICK
+                    if sel.select(tick):
+                        self._drain_wakeups()
+            finally:
+                self._finish()
+        return 0
+
+    def _step(self, now: float) -> bool:
+        """One pass of the state machine (every transition is here); True once STOPPED."""
+        if self._hups != self._hups_seen:
+            self._hups_seen = self._hups
+            if self._on_hup is not None:
+                self._on_hup()
+        if self.state is State.STARTING and self.dispatcher.ready():
+            # STARTING -> RUNNING: every initial broker holds a connection.
+            self.state = State.RUNNING
+            log.info("ready: %d broker(s) connected to %s", len(self.dispatcher.brokers()),
+                     self.config.address)
+            self.observer.ready()
+        if self.state in (State.STARTING, State.RUNNING):
+            if self._stop_requests:
+                # RUNNING -> DRAINING: a signal (or request_stop).
+                log.info("stopping: no new jobs; waiting for running jobs")
+                self._begin_drain(now)
+            elif self.budget.spent:
+                # RUNNING -> DRAINING: --max-jobs jobs are done.
+                log.info("finished %d jobs (--max-jobs); stopping", self.config.max_jobs)
+                self._begin_drain(now)
+        if self.state is State.DRAINING:
+            if self._stop_requests >= 2 and not self.kill_now.is_set():
+                log.warning("second stop request: killing running commands")
+                self.kill_now.set()
+            timeout = self.config.shutdown_timeout
+            if (
+                timeout is not None
+                and not self.kill.is_set()
+                and now - self._drain_started >= timeout
+            ):
+                log.warning("shutdown timeout (%.1fs): stopping running commands", timeout)
+                self.kill.set()
+            if self.dispatcher.running() == 0:
+                # DRAINING -> STOPPED: every broker has handed back its job.
+                self.state = State.STOPPED
+                return True
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + HEARTBEAT_INTERVAL
+            self.observer.heartbeat()
+        return False
+
+    def _begin_drain(self, now: float) -> None:
+        self.state = State.DRAINING
+        self._drain_started = now
+        self.stop_reserving.set()
+        self.observer.stopping()
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._wake_r.recv(4096):
+                pass
+
+    def _finish(self) -> None:
+        if self.state is not State.STOPPED:  # an exception got us here: stop everything
+            self.stop_reserving.set()
+            self.kill_now.set()
+        self.dispatcher.join(timeout=10)
+        self.state = State.STOPPED
+        log.info("stopped")
+        self.observer.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    @contextlib.contextmanager
+    def _signals(self, install: bool) -> Iterator[None]:
+        if not install:
+            yield
+            return
+        old = {
+            signal.SIGTERM: signal.signal(signal.SIGTERM, self._on_signal),
+            signal.SIGINT: signal.signal(signal.SIGINT, self._on_signal),
+            signal.SIGHUP: signal.signal(signal.SIGHUP, self._on_sighup),
+        }
+        old_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        try:
+            yield
+        finally:
+            signal.set_wakeup_fd(old_fd)
+            for signum, handler in old.items():
+                signal.signal(signum, handler)

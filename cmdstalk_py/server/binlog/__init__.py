@@ -1,0 +1,51 @@
+"""Durable storage for the bundled server: a write-ahead binlog with crash recovery.
+
+Modules: ``record`` (the persisted job and mutation payloads), ``frame`` (file header and
+record framing), ``fsops`` (injectable file operations), ``lock`` (one server per
+directory), ``segment`` (segment files and accounting), ``recovery`` (replay and repair),
+``compaction`` (when to reclaim space and why it is crash-safe), ``log`` (the ``Binlog``
+writer driven by the server's event loop).
+
+Typical use by the server::
+
+    binlog = Binlog.open(directory, BinlogOptions(fsync_ms=50))
+    for rec in binlog.recovery.jobs.values():
+        ...  # rebuild the job in the engine
+    binlog.lookup = engine_lookup  # current JobRecord of an id, or None
+    binlog.put(rec); binlog.update(rec); binlog.delete(job_id)
+    binlog.tick(now)  # each event-loop iteration, before sending replies
+    timeout = binlog.next_deadline()
+"""
+
+from cmdstalk_py.server.binlog.errors import (
+    BinlogClosedError,
+    BinlogError,
+    BinlogFormatError,
+    BinlogLockedError,
+    BinlogSyncError,
+    BinlogWriteError,
+    Problem,
+)
+from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
+from cmdstalk_py.server.binlog.log import Binlog, BinlogOptions, BinlogStats, Lookup
+from cmdstalk_py.server.binlog.record import JobRecord, JobState
+from cmdstalk_py.server.binlog.recovery import RecoveryResult
+
+__all__ = [
+    "Binlog",
+    "BinlogClosedError",
+    "BinlogError",
+    "BinlogFormatError",
+    "BinlogLockedError",
+    "BinlogOptions",
+    "BinlogStats",
+    "BinlogSyncError",
+    "BinlogWriteError",
+    "FileOps",
+    "JobRecord",
+    "JobState",
+    "Lookup",
+    "Problem",
+    "RealFileOps",
+    "RecoveryResult",
+]

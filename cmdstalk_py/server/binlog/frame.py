@@ -1,0 +1,134 @@
+"""On-disk framing: the segment file header and the record frame.
+
+Segment file ``binlog.N`` (all integers little-endian)::
+
+    offset 0  magic "CSBL" (4) | version u16 | flags u16 | segment number u32
+              | base sequence u64 | next job id floor u64 | CRC32 of the 28 bytes before (u32)
+    offset 32 frame, frame, ...
+
+The format is versioned from the first bytes of every file: a reader refuses a newer
+version or a foreign file (a beanstalkd ``binlog.N`` starts with the int 7) instead of
+"repairing" it. ``base sequence`` is the sequence number of the segment's first record and
+``next job id floor`` the smallest job id not yet used when the segment was created, so ids
+never repeat even after every record mentioning the highest id has been compacted away.
+
+Frame::
+
+    magic u32 | crc u32 | length u32 | seq u64 | type u8 | payload (length bytes)
+
+``crc`` is zlib's CRC32 over everything after it (length, seq, type, payload), so a torn or
+flipped length, sequence number or type is caught like a damaged payload. ``magic`` lets
+recovery find the next frame after damage in an older segment with ``bytes.find`` instead
+of trying every offset in Python. Sequence numbers increase by exactly one per record
+across the whole log, so recovery knows how many records a damaged stretch held.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import NamedTuple
+
+FILE_MAGIC = b"CSBL"
+FORMAT_VERSION = 1
+
+SEGMENT_HEADER = struct.Struct("<4sHHIQQ")
+HEADER_CRC = struct.Struct("<I")
+HEADER_SIZE = SEGMENT_HEADER.size + HEADER_CRC.size  # 32
+
+FRAME_MAGIC = 0x5A1BC0DE
+FRAME_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
+FRAME_HEAD = struct.Struct("<II")  # magic, crc
+FRAME_TAIL = struct.Struct("<IQB")  # length, seq, type: covered by the crc
+FRAME = struct.Struct("<IIIQB")  # the two above in one, for the recovery loop
+FRAME_SIZE = FRAME.size  # 21
+CRC_START = FRAME_HEAD.size  # the crc covers frame bytes from here on
+
+# A sane upper bound for one payload: a job body plus its fixed fields. Larger lengths are
+# damage, not data (beanstalkd caps bodies at 2^32-1 but nobody logs gigabyte jobs).
+MAX_PAYLOAD = 1 << 31
+
+
+class SegmentHeader(NamedTuple):
+    """The decoded header of one segment file."""
+
+    version: int
+    number: int
+    base_seq: int
+    next_id: int
+
+
+def pack_segment_header(number: int, base_seq: int, next_id: int) -> bytes:
+    """The 32-byte header of segment ``number``."""
+    head = SEGMENT_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, 0, number, base_seq, next_id)
+    return head + HEADER_CRC.pack(zlib.crc32(head))
+
+
+class HeaderStatus(NamedTuple):
+    """Outcome of reading a header: ``header`` when valid, else why not (``fault``).
+
+    ``fault`` is one of ``short`` (file shorter than a header), ``zero`` (all zero bytes:
+    created but never written), ``foreign`` (not our magic), ``newer`` (a version this
+    code cannot read), ``crc`` (our magic but damaged).
+    """
+
+    header: SegmentHeader | None
+    fault: str
+
+
+def read_segment_header(buf: bytes) -> HeaderStatus:
+    """Classify and decode the first bytes of a segment file."""
+    if len(buf) < HEADER_SIZE:
+        if buf.strip(b"\0") == b"" or FILE_MAGIC.startswith(buf[:4]):
+            return HeaderStatus(None, "short")
+        return HeaderStatus(None, "foreign")
+    raw = buf[:HEADER_SIZE]
+    if raw.count(0) == HEADER_SIZE:
+        return HeaderStatus(None, "zero")
+    magic, version, _flags, number, base_seq, next_id = SEGMENT_HEADER.unpack_from(raw)
+    if magic != FILE_MAGIC:
+        return HeaderStatus(None, "foreign")
+    (crc,) = HEADER_CRC.unpack_from(raw, SEGMENT_HEADER.size)
+    if crc != zlib.crc32(raw[: SEGMENT_HEADER.size]):
+        return HeaderStatus(None, "crc")
+    if version > FORMAT_VERSION:
+        return HeaderStatus(SegmentHeader(version, number, base_seq, next_id), "newer")
+    return HeaderStatus(SegmentHeader(version, number, base_seq, next_id), "")
+
+
+def frame(seq: int, rtype: int, *parts: bytes) -> bytes:
+    """One framed record whose payload is the concatenation of ``parts``."""
+    length = sum(map(len, parts))
+    tail = FRAME_TAIL.pack(length, seq, rtype)
+    crc = zlib.crc32(tail)
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return b"".join((FRAME_HEAD.pack(FRAME_MAGIC, crc), tail, *parts))
+
+
+def valid_frame_at(buf: memoryview, off: int, end: int) -> tuple[int, int, int] | None:
+    """(length, seq, type) of an intact frame starting at ``off``, else None."""
+    if off + FRAME_SIZE > end:
+        return None
+    magic, crc, length, seq, rtype = FRAME.unpack_from(buf, off)
+    stop = off + FRAME_SIZE + length
+    if magic != FRAME_MAGIC or length > MAX_PAYLOAD or stop > end:
+        return None
+    if zlib.crc32(buf[off + CRC_START : stop]) != crc:
+        return None
+    return length, seq, rtype
+
+
+def find_next_frame(buf: memoryview, data: bytes, start: int, end: int) -> int:
+    """Offset of the first intact frame at or after ``start``, or ``end`` if none.
+
+    ``data`` is the bytes object behind ``buf`` (for the fast ``find``).
+    """
+    pos = start
+    while True:
+        pos = data.find(FRAME_MAGIC_BYTES, pos, end)
+        if pos < 0:
+            return end
+        if valid_frame_at(buf, pos, end) is not None:
+            return pos
+        pos += 1

@@ -1,0 +1,102 @@
+"""Segment files: naming, listing, creation, and the per-segment accounting.
+
+A segment is ``DIR/binlog.N``; N only increases. The writer appends to the newest one and
+starts the next when it would exceed the size limit. Old segments are removed strictly
+oldest first and only when no live job is "homed" in them (its latest PUT record lives
+there): removing a prefix of the log can never resurrect a job, because a job's PUT always
+precedes its updates and its DELETE, so what remains holds either both or an orphan update
+or delete that replay ignores. Removing a segment from the middle could drop a DELETE
+whose PUT survives, so it is never done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+
+from cmdstalk_py.server.binlog.errors import BinlogWriteError, describe_oserror
+from cmdstalk_py.server.binlog.frame import pack_segment_header
+from cmdstalk_py.server.binlog.fsops import FileOps
+
+SEGMENT_PREFIX = "binlog."
+_SEGMENT_RE = re.compile(r"^binlog\.([0-9]{1,9})$")
+
+# A job's home is packed as (segment number << 32) | size of its PUT frame: one int per
+# job instead of a tuple keeps the index of a million jobs small.
+HOME_SHIFT = 32
+SIZE_MASK = (1 << HOME_SHIFT) - 1
+
+
+def segment_name(number: int) -> str:
+    """File name of segment ``number``."""
+    return f"{SEGMENT_PREFIX}{number}"
+
+
+def list_segments(names: list[str]) -> list[int]:
+    """Segment numbers among directory entry ``names``, ascending."""
+    found = []
+    for name in names:
+        m = _SEGMENT_RE.match(name)
+        if m:
+            found.append(int(m.group(1)))
+    return sorted(found)
+
+
+class SegmentMeta:
+    """Accounting for one segment, kept in memory while the binlog is open.
+
+    ``size`` is the number of valid bytes (header included), ``live`` the number of live
+    jobs homed here, ``ids`` every job id whose PUT was written here (compaction walks it
+    from ``cursor`` and skips ids that died or moved), ``fd`` is open only for the segment
+    being written.
+    """
+
+    __slots__ = ("cursor", "fd", "ids", "live", "number", "path", "size")
+
+    def __init__(self, number: int, path: str, size: int) -> None:
+        self.number = number
+        self.path = path
+        self.size = size
+        self.live = 0
+        self.ids: list[int] = []
+        self.cursor = 0
+        self.fd: int | None = None
+
+    def __repr__(self) -> str:
+        return f"SegmentMeta({self.path!r}, size={self.size}, live={self.live})"
+
+
+def create_segment(
+    ops: FileOps, directory: str, number: int, base_seq: int, next_id: int, durable: bool
+) -> SegmentMeta:
+    """Create segment ``number`` with its header, durable (file and directory) if asked.
+
+    On failure nothing is left behind (best effort) and BinlogWriteError is raised; a
+    half-created file that survives a crash is removed by the next recovery.
+    """
+    path = os.path.join(directory, segment_name(number))
+    header = pack_segment_header(number, base_seq, next_id)
+    try:
+        fd = ops.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise BinlogWriteError(describe_oserror("cannot create", path, exc), exc.errno) from exc
+    try:
+        written = 0
+        while written < len(header):
+            n = ops.pwrite(fd, header[written:], written)
+            if n <= 0:
+                raise OSError(28, os.strerror(28))
+            written += n
+        if durable:
+            ops.fdatasync(fd)
+            ops.fsync_dir(directory)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            ops.close(fd)
+        with contextlib.suppress(OSError):
+            ops.unlink(path)
+        raise BinlogWriteError(describe_oserror("cannot create", path, exc), exc.errno) from exc
+    meta = SegmentMeta(number, path, len(header))
+    meta.fd = fd
+    return meta

@@ -1,14 +1,156 @@
-"""The ``cmdstalk-server`` command line; filled in by the server issue."""
+"""The ``cmdstalk-server`` command line: a drop-in for ``beanstalkd``'s flags.
+
+Kept import-light on purpose: clients' test suites give a freshly spawned server about
+0.1 s to accept connections.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
+import socket
 import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from cmdstalk_py.server import protocol as p
+
+DEFAULT_PORT = 11300
+VERSION = "1.12"
+
+_DESCRIPTION = """\
+A beanstalkd 1.12-compatible work queue server.
+
+Unlike beanstalkd, which listens on all interfaces (0.0.0.0) by default, cmdstalk-server
+listens on 127.0.0.1 unless -l says otherwise. SIGUSR1 enters drain mode (puts are answered
+DRAINING); SIGTERM and SIGINT stop the server."""
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="cmdstalk-server", description="A beanstalkd 1.12-compatible queue server."
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One clear line and exit status 2, like beanstalkd's usage errors.
+        sys.stderr.write(f"cmdstalk-server: {message} (see -h)\n")
+        raise SystemExit(2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"invalid port: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``-h`` prints its help)."""
+    ap = _Parser(
+        prog="cmdstalk-server",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
     )
-    parser.parse_args(argv)
-    sys.exit("cmdstalk-server: the server is not implemented yet")
+    ap.add_argument("-l", dest="listen", metavar="ADDR", default="127.0.0.1",
+                    help="listen on address ADDR, or unix:PATH for a unix socket "
+                    "(default 127.0.0.1; beanstalkd's default is all interfaces)")
+    ap.add_argument("-p", dest="port", metavar="PORT", type=_port, default=DEFAULT_PORT,
+                    help=f"listen on TCP port PORT (default {DEFAULT_PORT})")
+    ap.add_argument("-z", dest="max_job_size", metavar="BYTES", type=_positive_int,
+                    default=p.DEFAULT_MAX_JOB_SIZE,
+                    help=f"maximum job size in bytes (default {p.DEFAULT_MAX_JOB_SIZE}, "
+                    f"at most {p.MAX_JOB_SIZE_CAP})")
+    ap.add_argument("-b", dest="binlog_dir", metavar="DIR",
+                    help="write-ahead log directory (not available yet)")
+    ap.add_argument("-f", dest="fsync_ms", metavar="MS", help="fsync interval (needs -b)")
+    ap.add_argument("-F", dest="no_fsync", action="store_true", help="never fsync (needs -b)")
+    ap.add_argument("-s", dest="binlog_size", metavar="BYTES", help="binlog file size (needs -b)")
+    ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
+    ap.add_argument("-v", dest="version", action="store_true", help="show version and exit")
+    ap.add_argument("-h", "--help", action="help", help="show this help and exit")
+    return ap
+
+
+class EarlySignals:
+    """Signals that arrive before the event loop runs: remembered, acted on later."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.drain = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGUSR1, self._on_drain)
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop = True
+
+    def _on_drain(self, signum: int, frame: FrameType | None) -> None:
+        self.drain = True
+
+
+def open_listener(listen: str, port: int) -> socket.socket:
+    """Bind and listen at once, so connections queue up while the rest is imported."""
+    if listen.startswith("unix:"):
+        import os
+
+        path = listen[len("unix:"):]
+        if os.path.exists(path) and not os.path.isdir(path):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+        except BaseException:
+            sock.close()
+            raise
+    else:
+        info = socket.getaddrinfo(listen, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _name, addr = info[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except BaseException:
+            sock.close()
+            raise
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse beanstalkd-style flags and serve until SIGTERM/SIGINT."""
+    early = EarlySignals()
+    args = build_parser().parse_args(argv)
+    if args.version:
+        print(f"cmdstalk-server {VERSION}")
+        return
+    durability = [flag for flag, value in (("-b", args.binlog_dir), ("-f", args.fsync_ms),
+                  ("-F", args.no_fsync), ("-s", args.binlog_size)) if value]
+    if durability:
+        sys.stderr.write(
+            f"cmdstalk-server: {' '.join(durability)}: the binlog (persistence) is not "
+            "available yet; refusing to run in memory only\n"
+        )
+        raise SystemExit(2)
+    max_job_size = args.max_job_size
+    if max_job_size > p.MAX_JOB_SIZE_CAP:
+        sys.stderr.write(f"cmdstalk-server: maximum job size was set to {p.MAX_JOB_SIZE_CAP}\n")
+        max_job_size = p.MAX_JOB_SIZE_CAP
+    try:
+        sock = open_listener(args.listen, args.port)
+    except OSError as exc:
+        where = args.listen if args.listen.startswith("unix:") else f"{args.listen}:{args.port}"
+        sys.stderr.write(f"cmdstalk-server: cannot listen on {where}: {exc.strerror or exc}\n")
+        raise SystemExit(1) from None
+    # The heavy imports (asyncio, the engine) happen after listen(): clients that connect
+    # meanwhile wait in the backlog instead of getting "connection refused".
+    from cmdstalk_py.server.run import serve
+
+    raise SystemExit(serve(sock, max_job_size, early, args.verbose))

@@ -1,0 +1,119 @@
+"""A binary min-heap whose items know their position, so any item can be removed in O(log n).
+
+Keys live in a list parallel to the items so comparisons are done on plain ints or tuples
+(C-level comparisons); each item's ``heap_index`` is kept up to date on every move.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar
+
+
+class HeapItem(Protocol):
+    """Anything with a writable ``heap_index`` slot."""
+
+    heap_index: int
+
+
+T = TypeVar("T", bound=HeapItem)
+
+
+class Heap(Generic[T]):
+    """Min-heap of items ordered by the key given when they were pushed."""
+
+    __slots__ = ("items", "keys")
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+        self.items: list[T] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def peek(self) -> T | None:
+        """The smallest item, left in place."""
+        return self.items[0] if self.items else None
+
+    def peek_key(self) -> Any:
+        """The smallest key (the heap must not be empty)."""
+        return self.keys[0]
+
+    def push(self, key: Any, item: T) -> None:
+        """Insert ``item`` ordered by ``key``."""
+        self.keys.append(key)
+        self.items.append(item)
+        self._up(len(self.items) - 1, key, item)
+
+    def pop(self) -> T:
+        """Remove and return the smallest item (the heap must not be empty)."""
+        items = self.items
+        top = items[0]
+        last_key = self.keys.pop()
+        last = items.pop()
+        if items:
+            self._down(0, last_key, last)
+        top.heap_index = -1
+        return top
+
+    def remove(self, item: T) -> None:
+        """Remove ``item``, which must be in this heap."""
+        i = item.heap_index
+        keys = self.keys
+        items = self.items
+        old_key = keys[i]
+        last_key = keys.pop()
+        last = items.pop()
+        item.heap_index = -1
+        if i == len(items):
+            return
+        if last_key < old_key:
+            self._up(i, last_key, last)
+        else:
+            self._down(i, last_key, last)
+
+    def _up(self, pos: int, key: Any, item: T) -> None:
+        keys = self.keys
+        items = self.items
+        while pos:
+            parent = (pos - 1) >> 1
+            pkey = keys[parent]
+            if key < pkey:
+                keys[pos] = pkey
+                moved = items[parent]
+                items[pos] = moved
+                moved.heap_index = pos
+                pos = parent
+            else:
+                break
+        keys[pos] = key
+        items[pos] = item
+        item.heap_index = pos
+
+    def _down(self, pos: int, key: Any, item: T) -> None:
+        keys = self.keys
+        items = self.items
+        n = len(keys)
+        child = 2 * pos + 1
+        while child < n:
+            ckey = keys[child]
+            right = child + 1
+            if right < n:
+                rkey = keys[right]
+                if rkey < ckey:
+                    child = right
+                    ckey = rkey
+            if ckey < key:
+                keys[pos] = ckey
+                moved = items[child]
+                items[pos] = moved
+                moved.heap_index = pos
+                pos = child
+                child = 2 * pos + 1
+            else:
+                break
+        keys[pos] = key
+        items[pos] = item
+        item.heap_index = pos

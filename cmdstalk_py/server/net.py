@@ -1,0 +1,400 @@
+"""The network layer: one asyncio event loop, TCP and unix-socket listeners.
+
+Framing follows 1.12 exactly (docs §1): a line ends at the first ``\\r`` if ``\\n``
+follows it, within a 224-byte window; a full window without one is thrown away and the
+input discarded up to the next CRLF (BAD_FORMAT). Replies to one batch of input are
+written with one ``transport.write``. A blocked reserve holds the connection's later
+commands until it is answered. One loop timer, re-armed to the engine's next deadline,
+drives every timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from cmdstalk_py.server import protocol as p
+from cmdstalk_py.server.engine import Engine
+from cmdstalk_py.server.session import Session
+
+_CMD = 0  # reading a command line
+_BODY = 1  # reading a put body
+_SKIP = 2  # throwing away a JOB_TOO_BIG body
+_ENDLINE = 3  # throwing away a too-long line up to its CRLF
+
+_WINDOW = p.LINE_LIMIT
+#: Stop reading from a connection holding this much unprocessed input (blocked reserve,
+#: or a client that does not read its replies); the kernel buffers the rest.
+INPUT_LIMIT = 1 << 20
+#: Flush replies mid-batch once this many bytes are pending, to notice a slow reader.
+_FLUSH_AT = 1 << 18
+#: Write buffer high-water mark; above it the connection stops processing input.
+WRITE_HIGH = 1 << 20
+
+_Put = p.Put
+_Rejected = p.Rejected
+_Quit = p.Quit
+_parse = p.parse_command
+_clock = time.monotonic
+
+
+class Server:
+    """Listeners, connections and the single timer around one :class:`Engine`."""
+
+    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.loop = loop
+        self.connections: set[Connection] = set()
+        self.listeners: list[asyncio.Server] = []
+        self.unix_paths: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    async def listen_tcp(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on ``host:port`` (0: any free port); returns the bound address."""
+        srv = await self.loop.create_server(
+            lambda: Connection(self), host, port, reuse_address=True, backlog=1024
+        )
+        self.listeners.append(srv)
+        name = srv.sockets[0].getsockname()
+        return name[0], name[1]
+
+    async def listen_unix(self, path: str) -> None:
+        """Listen on a unix socket at ``path`` (a stale socket file is replaced)."""
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.exists(path) and not os.path.isdir(path):
+                os.unlink(path)
+        srv = await self.loop.create_unix_server(lambda: Connection(self), path, backlog=1024)
+        self.listeners.append(srv)
+        self.unix_paths.append(path)
+
+    async def listen_socket(self, sock: socket.socket) -> str:
+        """Serve on an already listening TCP or unix socket; returns where, for messages."""
+        if sock.family == socket.AF_UNIX:
+            path = sock.getsockname()
+            srv = await self.loop.create_unix_server(lambda: Connection(self), sock=sock)
+            self.unix_paths.append(path)
+            self.listeners.append(srv)
+            return str(path)
+        srv = await self.loop.create_server(lambda: Connection(self), sock=sock)
+        self.listeners.append(srv)
+        host, port = sock.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def remove_unix_sockets(self) -> None:
+        """Delete the socket files this server created."""
+        for path in self.unix_paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.unix_paths.clear()
+
+    def drain(self) -> None:
+        """Enter drain mode: every later put is answered DRAINING."""
+        self.engine.draining = True
+
+    def close(self) -> None:
+        """Stop listening and drop every connection."""
+        for srv in self.listeners:
+            srv.close()
+        for conn in list(self.connections):
+            conn.transport.abort()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # ---------------------------------------------------------------- the timer
+
+    def after_batch(self) -> None:
+        """Send queued deliveries, then re-arm the timer to the engine's next deadline."""
+        engine = self.engine
+        if engine.deliveries:
+            for session, reply in engine.take_deliveries():
+                conn: Connection = session.owner  # type: ignore[assignment]
+                conn.deliver(reply)
+        when = engine.next_deadline()
+        if when != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = None if when is None else self.loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.engine.tick(self.loop.time())
+        self.after_batch()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: framing, flow control, and its engine session."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.engine = server.engine
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.session: Session = None  # type: ignore[assignment]
+        self.mode = _CMD
+        # Unprocessed input kept between reads.
+        self.parts: list[bytes] = []
+        self.parts_len = 0
+        self.put: p.Put | None = None
+        self.need = 0  # bytes still wanted in _BODY / _SKIP mode
+        self.skip_reply = b""
+        self.blocked = False  # waiting in a reserve
+        self.write_paused = False
+        self.read_paused = False
+        self.eof = False
+        self.closing = False
+        self.resume_scheduled = False
+
+    # ---------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
+        self.session = self.engine.connect(self)
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        self.engine.disconnect(self.session, self.server.loop.time())
+        self.parts = []
+        self.server.after_batch()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._schedule_resume()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.blocked:
+            reply = self.engine.abort_wait(self.session)
+            self.blocked = False
+            if reply is not None:
+                self.transport.write(reply)
+        if not self.write_paused:
+            self._resume()
+        # Keep the transport open: replies still go out before we close it.
+        return True
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        if self.mode == _SKIP and not self.parts:
+            # JOB_TOO_BIG: discard without keeping anything.
+            need = self.need
+            if len(data) < need:
+                self.need = need - len(data)
+                return
+            data = data[need:]
+            self.need = 0
+            self.mode = _CMD
+            self._answer([self.skip_reply], data)
+            return
+        if self.parts:
+            self.parts.append(data)
+            self.parts_len += len(data)
+            if self.blocked or self.write_paused:
+                if self.parts_len > INPUT_LIMIT and not self.read_paused:
+                    self.read_paused = True
+                    self.transport.pause_reading()
+                return
+            if self.mode == _BODY and self.parts_len < self.need:
+                return
+            data = b"".join(self.parts)
+            self.parts = []
+            self.parts_len = 0
+        elif self.blocked or self.write_paused:
+            self.parts.append(data)
+            self.parts_len = len(data)
+            return
+        self._answer([], data)
+
+    # ---------------------------------------------------------------- processing
+
+    def deliver(self, reply: bytes) -> None:
+        """The blocked reserve got its answer; go on with the held commands."""
+        self.blocked = False
+        if self.closing:
+            return
+        self.transport.write(reply)
+        if self.parts or self.eof:
+            self._schedule_resume()
+
+    def _schedule_resume(self) -> None:
+        if not self.resume_scheduled:
+            self.resume_scheduled = True
+            self.server.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self.resume_scheduled = False
+        if self.closing or self.blocked or self.write_paused:
+            return
+        data = b"".join(self.parts)
+        self.parts = []
+        self.parts_len = 0
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+        if self.mode == _SKIP:
+            take = min(self.need, len(data))
+            self.need -= take
+            data = data[take:]
+            if self.need:
+                self._finish_eof()
+                return
+            self.mode = _CMD
+            self._answer([self.skip_reply], data)
+            return
+        if self.mode == _BODY and len(data) < self.need:
+            if data:
+                self.parts = [data]
+                self.parts_len = len(data)
+            self._finish_eof()
+            return
+        self._answer([], data)
+
+    def _finish_eof(self) -> None:
+        if self.eof and not self.blocked and not self.closing:
+            self.closing = True
+            self.transport.close()
+
+    def _answer(self, out: list[bytes], data: bytes) -> None:
+        try:
+            self._process(out, data)
+        except Exception as exc:  # never let one client take the server down
+            print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
+            self.closing = True
+            self.transport.abort()
+        self.server.after_batch()
+
+    def _process(self, out: list[bytes], data: bytes) -> None:
+        engine = self.engine
+        session = self.session
+        max_job_size = engine.max_job_size
+        now = self.server.loop.time()
+        n = len(data)
+        pos = 0
+        out_size = 0
+        mode = self.mode
+        if mode == _BODY:
+            put = self.put
+            assert put is not None
+            need = self.need
+            if n < need:
+                self._keep(data, 0)
+                return
+            out.append(engine.put(session, put, data[:need], now))
+            pos = need
+            mode = self.mode = _CMD
+        while pos < n:
+            if mode == _CMD:
+                end = pos + _WINDOW
+                if end > n:
+                    end = n
+                i = data.find(b"\r", pos, end - 1)
+                if i < 0 or data[i + 1] != 10:
+                    if end - pos < _WINDOW:
+                        break
+                    # A full window without a line end: drop it, then skip to CRLF.
+                    pos = end
+                    mode = self.mode = _ENDLINE
+                    continue
+                cmd = _parse(data[pos:i], max_job_size)
+                pos = i + 2
+                # Read the clock per command, like 1.12: times in replies must not lag.
+                now = _clock()
+                kind = type(cmd)
+                if kind is _Put:
+                    engine.begin_put(session)
+                    need = cmd.size + 2  # type: ignore[union-attr]
+                    if n - pos < need:
+                        self.put = cmd  # type: ignore[assignment]
+                        self.need = need
+                        mode = self.mode = _BODY
+                        break
+                    reply = engine.put(session, cmd, data[pos : pos + need], now)  # type: ignore[arg-type]
+                    pos += need
+                elif kind is _Rejected:
+                    reply = engine.execute(session, cmd, now)  # type: ignore[assignment]
+                    skip = cmd.skip  # type: ignore[union-attr]
+                    if skip:
+                        if n - pos < skip:
+                            self.need = skip - (n - pos)
+                            self.skip_reply = reply
+                            pos = n
+                            mode = self.mode = _SKIP
+                            break
+                        pos += skip
+                elif kind is _Quit:
+                    self._flush(out)
+                    self.closing = True
+                    self.transport.close()
+                    return
+                else:
+                    r = engine.execute(session, cmd, now)
+                    if r is None:
+                        if not self.eof:
+                            self.blocked = True
+                            break
+                        r = engine.abort_wait(session) or p.TIMED_OUT
+                    reply = r
+                out.append(reply)
+                out_size += len(reply)
+                if out_size > _FLUSH_AT:
+                    self._flush(out)
+                    out = []
+                    out_size = 0
+                    if self.write_paused:
+                        break
+            else:  # _ENDLINE
+                end = pos + _WINDOW
+                if end > n:
+                    end = n
+                i = data.find(b"\r", pos, end - 1)
+                if i < 0 or data[i + 1] != 10:
+                    if end - pos < _WINDOW:
+                        break
+                    pos = end
+                    continue
+                pos = i + 2
+                out.append(p.BAD_FORMAT)
+                mode = self.mode = _CMD
+        self._flush(out)
+        self._keep(data, pos)
+        if not self.blocked:
+            self._finish_eof()
+
+    def _keep(self, data: bytes, pos: int) -> None:
+        if pos < len(data):
+            rest = data[pos:] if pos else data
+            self.parts = [rest]
+            self.parts_len = len(rest)
+            if self.parts_len > INPUT_LIMIT and (self.blocked or self.write_paused):
+                self.read_paused = True
+                self.transport.pause_reading()
+
+    def _flush(self, out: list[bytes]) -> None:
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+
+def describe(address: Any) -> str:
+    """``host:port`` or the unix path, for messages."""
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)

@@ -69,7 +69,8 @@ class HeaderStatus(NamedTuple):
 
     ``fault`` is one of ``short`` (file shorter than a header), ``zero`` (all zero bytes:
     created but never written), ``foreign`` (not our magic), ``newer`` (a version this
-    code cannot read), ``crc`` (our magic but damaged).
+    code cannot read), ``crc`` (our magic but damaged), ``magic`` (only the magic is
+    damaged: ``header`` is valid), or "" when all is well.
     """
 
     header: SegmentHeader | None
@@ -86,14 +87,20 @@ def read_segment_header(buf: bytes) -> HeaderStatus:
     if raw.count(0) == HEADER_SIZE:
         return HeaderStatus(None, "zero")
     magic, version, _flags, number, base_seq, next_id = SEGMENT_HEADER.unpack_from(raw)
-    if magic != FILE_MAGIC:
-        return HeaderStatus(None, "foreign")
     (crc,) = HEADER_CRC.unpack_from(raw, SEGMENT_HEADER.size)
-    if crc != zlib.crc32(raw[: SEGMENT_HEADER.size]):
+    fault = ""
+    if magic != FILE_MAGIC:
+        # Our header with a damaged magic still checks out once the magic is put back:
+        # a flipped bit must not make recovery refuse the directory as foreign.
+        if crc != zlib.crc32(FILE_MAGIC + raw[4 : SEGMENT_HEADER.size]):
+            return HeaderStatus(None, "foreign")
+        fault = "magic"
+    elif crc != zlib.crc32(raw[: SEGMENT_HEADER.size]):
         return HeaderStatus(None, "crc")
+    header = SegmentHeader(version, number, base_seq, next_id)
     if version > FORMAT_VERSION:
-        return HeaderStatus(SegmentHeader(version, number, base_seq, next_id), "newer")
-    return HeaderStatus(SegmentHeader(version, number, base_seq, next_id), "")
+        return HeaderStatus(header, "newer")
+    return HeaderStatus(header, fault)
 
 
 def frame(seq: int, rtype: int, *parts: bytes) -> bytes:

@@ -318,6 +318,8 @@ def _replay_file(
             "missing", path, 0, 0, f"segment files {previous + 1}..{number - 1} are missing"
         )
     header = status.header
+    if status.fault == "magic":
+        rp.problem("bad-header", path, 0, 4, "file magic damaged, rest of the header intact")
     if header is None:
         detail = f"segment header unreadable ({status.fault})"
         rp.problem("bad-header", path, 0, HEADER_SIZE, detail)

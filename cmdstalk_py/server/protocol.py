@@ -511,10 +511,11 @@ def _parse_pause_tube(line: bytes, pos: int, max_job_size: int) -> Command:
     while pos < n and line[pos] in NAME_CHARS:
         pos += 1
     name = line[start:pos]
-    if not name:
-        return Rejected(BAD_FORMAT, "pause-tube")
     values = read_numbers(line, pos, (U32_MAX,))
-    if values is None or not valid_name(name):
+    if not name or values is None:
+        return REJECT_BAD_FORMAT
+    # 1.12 counts the command here, before checking the name's length and first byte.
+    if not valid_name(name):
         return Rejected(BAD_FORMAT, "pause-tube")
     return PauseTube(name, values[0])
 

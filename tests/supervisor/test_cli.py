@@ -1,0 +1,171 @@
+"""The command line: Go and GNU spellings, environment variables, validation, --version."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import click
+import pytest
+
+from cmdstalk_py import __version__
+from cmdstalk_py.cli import command, normalize_args
+from tests.supervisor.conftest import cmdstalk_env
+
+
+def parse(args: list[str]) -> dict[str, Any]:
+    """The parameters click would call ``command`` with for ``args``."""
+    ctx = command.make_context("cmdstalk", normalize_args(args))
+    return ctx.params
+
+
+@pytest.fixture(autouse=True)
+def _no_cmdstalk_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("CMDSTALK_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_are_go_defaults() -> None:
+    p = parse(["--cmd", "cat"])
+    assert p["address"] == ("127.0.0.1", 11300)
+    assert (p["per_tube"], p["tubes"], p["all_tubes"]) == (1, ("default",), False)
+    assert p["shell"] == ("/bin/bash", "-c")
+    assert (p["max_releases"], p["max_timeouts"], p["backoff_exponent"]) == (10, 1, 4.0)
+    assert p["discover_interval"] <= 10
+
+
+GO = ["-address=10.0.0.5:11301", "-all", "-cmd=tr a-z A-Z", "-per-tube=6", "-tubes=a,b"]
+GO_SPACED = ["-address", "10.0.0.5:11301", "-all", "-cmd", "tr a-z A-Z", "-per-tube", "6",
+             "-tubes", "a,b"]
+GNU = ["--address", "10.0.0.5:11301", "--all", "--cmd", "tr a-z A-Z", "--per-tube", "6",
+       "--tubes", "a,b"]
+GNU_EQ = ["--address=10.0.0.5:11301", "--all", "--cmd=tr a-z A-Z", "--per-tube=6", "--tubes=a,b"]
+
+
+@pytest.mark.parametrize("args", [GO, GO_SPACED, GNU, GNU_EQ], ids=["go", "go-spaced", "gnu",
+                                                                    "gnu-eq"])
+def test_go_and_gnu_spellings_parse_alike(args: list[str]) -> None:
+    p = parse(args)
+    assert p["address"] == ("10.0.0.5", 11301)
+    assert p["all_tubes"] is True
+    assert p["cmd"] == "tr a-z A-Z"
+    assert p["per_tube"] == 6
+    assert p["tubes"] == ("a", "b")
+
+
+def test_go_boolean_values_and_dash_values() -> None:
+    assert parse(["-cmd=x", "-all=true"])["all_tubes"] is True
+    assert parse(["-cmd=x", "-all=false"])["all_tubes"] is False
+    # A value is never rewritten, even when it looks like one of our options.
+    assert parse(["-cmd", "-all"])["cmd"] == "-all"
+    assert parse(["--cmd", "-per-tube=3"])["cmd"] == "-per-tube=3"
+    assert normalize_args(["-h"]) == ["-h"]
+
+
+def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        "CMDSTALK_ADDRESS": "h:1",
+        "CMDSTALK_ALL": "1",
+        "CMDSTALK_CMD": "cat",
+        "CMDSTALK_PER_TUBE": "3",
+        "CMDSTALK_TUBES": "x,y",
+        "CMDSTALK_DISCOVER_INTERVAL": "0.5",
+        "CMDSTALK_MAX_RELEASES": "4",
+        "CMDSTALK_MAX_TIMEOUTS": "2",
+        "CMDSTALK_BACKOFF_EXPONENT": "2",
+        "CMDSTALK_BACKOFF_MAX": "60",
+        "CMDSTALK_KILL_GRACE": "5",
+        "CMDSTALK_TTR_MARGIN": "0.5",
+        "CMDSTALK_SHELL": "/bin/sh -c",
+        "CMDSTALK_BURY_EXIT_CODES": "65,78",
+        "CMDSTALK_MAX_JOBS": "100",
+        "CMDSTALK_SHUTDOWN_TIMEOUT": "30",
+        "CMDSTALK_EMBEDDED": "true",
+        "CMDSTALK_EMBEDDED_MAX_JOB_SIZE": "1000000",
+        "CMDSTALK_LOG_FORMAT": "json",
+        "CMDSTALK_LOG_LEVEL": "debug",
+        "CMDSTALK_EVENTS": "-",
+        "CMDSTALK_METRICS": "127.0.0.1:9100",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    p = parse([])
+    assert p == {
+        "address": ("h", 1),
+        "all_tubes": True,
+        "cmd": "cat",
+        "per_tube": 3,
+        "tubes": ("x", "y"),
+        "discover_interval": 0.5,
+        "max_releases": 4,
+        "max_timeouts": 2,
+        "backoff_exponent": 2.0,
+        "backoff_max": 60,
+        "kill_grace": 5.0,
+        "ttr_margin": 0.5,
+        "shell": ("/bin/sh", "-c"),
+        "bury_exit_codes": frozenset({65, 78}),
+        "max_jobs": 100,
+        "shutdown_timeout": 30.0,
+        "embedded": True,
+        "embedded_max_job_size": 1000000,
+        "log_format": "json",
+        "log_level": "DEBUG",
+        "events": "-",
+        "metrics": "127.0.0.1:9100",
+    }
+    # The command line wins over the environment.
+    assert parse(["-per-tube=2"])["per_tube"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "mentions"),
+    [
+        (["--cmd", ""], "--cmd"),
+        (["--cmd", "x", "--per-tube", "0"], "--per-tube"),
+        (["-cmd=x", "-per-tube=0"], "--per-tube"),
+        (["--cmd", "x", "--tubes", "ok,bad name"], "invalid tube name"),
+        (["--cmd", "x", "--tubes", "-leading"], "invalid tube name"),
+        (["--cmd", "x", "--address", "nohost"], "malformed address"),
+        (["--cmd", "x", "--address", "h:99999"], "malformed address"),
+        (["--cmd", "x", "--bury-exit-codes", "0"], "invalid exit code"),
+        (["--per-tube", "2"], "--cmd"),
+        (["--cmd", "x", "--nope"], "--nope"),
+    ],
+)
+def test_bad_flags_fail_with_usage_error(args: list[str], mentions: str) -> None:
+    with pytest.raises(click.UsageError) as info:
+        parse(args)
+    assert info.value.exit_code == 2
+    assert mentions in info.value.format_message()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cmdstalk_py", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=cmdstalk_env(),
+    )
+
+
+def test_bad_flags_from_a_real_process_exit_2_with_one_error_line() -> None:
+    proc = _cli("-cmd=x", "-per-tube=0")
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--per-tube" in errors[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_version_and_help() -> None:
+    proc = _cli("--version")
+    assert proc.returncode == 0 and __version__ in proc.stdout
+    proc = _cli("-h")
+    assert proc.returncode == 0
+    for option in ("--address", "--all", "--cmd", "--per-tube", "--tubes", "CMDSTALK_CMD"):
+        assert option in proc.stdout

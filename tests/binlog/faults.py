@@ -35,13 +35,18 @@ class Injection:
     path_contains: str = ""
     partial: int = 0
     after_write: bool = False  # fdatasync: the kernel dropped the unsynced pages
+    short: bool = False  # pwrite: write ``partial`` bytes and report that, no error
 
 
 class FaultyOps(RealFileOps):
     """RealFileOps with numbered steps, injected errors, crashes and a power-loss model."""
 
-    def __init__(self, directory: str, crash_at: int | None = None) -> None:
+    def __init__(
+        self, directory: str, crash_at: int | None = None, real_sync: bool = False
+    ) -> None:
         self.directory = os.path.abspath(directory)
+        # The power-loss model decides what survives, so the real fsync only costs time.
+        self.real_sync = real_sync
         self.crash_at = crash_at
         self.steps = 0
         self.trace: list[tuple[str, str]] = []
@@ -69,9 +74,12 @@ class FaultyOps(RealFileOps):
         path_contains: str = "",
         partial: int = 0,
         after_write: bool = False,
+        short: bool = False,
     ) -> None:
         """Fail the next ``times`` calls of ``op`` (whose path contains ``path_contains``)."""
-        self.injections.append(Injection(op, err, times, path_contains, partial, after_write))
+        self.injections.append(
+            Injection(op, err, times, path_contains, partial, after_write, short)
+        )
 
     def clear(self) -> None:
         """Remove every pending injection (the disk has space again, the error is gone)."""
@@ -151,8 +159,9 @@ class FaultyOps(RealFileOps):
         path = self._path(fd)
         inj = self._step("pwrite", path)
         if inj:
-            if inj.partial:
-                super().pwrite(fd, data[: inj.partial], offset)
+            written = super().pwrite(fd, data[: inj.partial], offset) if inj.partial else 0
+            if inj.short:
+                return written
             raise OSError(inj.errno, os.strerror(inj.errno), path)
         return super().pwrite(fd, data, offset)
 
@@ -165,7 +174,8 @@ class FaultyOps(RealFileOps):
                 # is gone from the page cache too.
                 os.ftruncate(fd, len(self.durable.get(path, b"")))
             raise OSError(inj.errno, os.strerror(inj.errno), path)
-        super().fdatasync(fd)
+        if self.real_sync:
+            super().fdatasync(fd)
         self.fsyncs += 1
         with open(path, "rb") as f:
             self.durable[path] = f.read()
@@ -187,7 +197,8 @@ class FaultyOps(RealFileOps):
         inj = self._step("fsync_dir", path)
         if inj:
             raise OSError(inj.errno, os.strerror(inj.errno), path)
-        super().fsync_dir(path)
+        if self.real_sync:
+            super().fsync_dir(path)
         self.durable_names = set(os.listdir(path))
 
     def read(self, path: str) -> bytes:

@@ -1,0 +1,227 @@
+"""Appending records to the current segment, rotating segments, and the live-job index.
+
+``SegmentWriter`` knows nothing about fsync policy or compaction (that is ``Binlog``): it
+writes one frame per call with one ``pwrite`` at the end of the valid data, keeps each
+segment's size and live-job count and each live job's home segment, and starts the next
+segment when the current one is full.
+
+A write that fails half-way is cut back with ``ftruncate`` at once, or before the next
+write if that fails too, so a partial record is never followed by a good one. Sequence
+numbers are consumed only by successful writes, so they stay consecutive in a segment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+
+from cmdstalk_py.server.binlog.errors import BinlogWriteError, describe_oserror
+from cmdstalk_py.server.binlog.frame import HEADER_SIZE, frame
+from cmdstalk_py.server.binlog.fsops import FileOps
+from cmdstalk_py.server.binlog.record import (
+    T_DELETE,
+    T_PUT,
+    T_UPDATE,
+    JobRecord,
+    delete_payload,
+    put_parts,
+    update_payload,
+)
+from cmdstalk_py.server.binlog.segment import HOME_SHIFT, SIZE_MASK, SegmentMeta, create_segment
+
+log = logging.getLogger("cmdstalk_py.server.binlog")
+
+
+class SegmentWriter:
+    """The append side of the log (see module docstring).
+
+    Public attributes are shared with ``Binlog``: ``segments`` (number -> meta, oldest
+    first), ``home`` (job id -> home segment << 32 | PUT frame size), ``live_bytes``,
+    ``dirty`` (written since the last good fsync), ``touched`` (ids written since then),
+    ``relog_pending`` and ``untrusted`` (a segment whose fsync failed).
+    """
+
+    def __init__(
+        self,
+        ops: FileOps,
+        directory: str,
+        segment_size: int,
+        durable: bool,
+        segments: dict[int, SegmentMeta],
+        home: dict[int, int],
+        live_bytes: int,
+        next_seq: int,
+        next_id: int,
+    ) -> None:
+        self.ops = ops
+        self.directory = directory
+        self.segment_size = segment_size
+        self.durable = durable
+        self.segments = segments
+        self.home = home
+        self.live_bytes = live_bytes
+        self.seq = next_seq
+        self.next_id = next_id
+        self.dirty = False
+        self.touched: set[int] = set()
+        self.relog_pending = False
+        self.untrusted: int | None = None
+        self.written = 0
+        self.migrated = 0
+        self._tail_dirty = False
+        number = max(segments, default=0) + 1
+        self.active = create_segment(ops, directory, number, next_seq, next_id, durable)
+        segments[number] = self.active
+
+    # --------------------------------------------------------------- records
+
+    def put(self, rec: JobRecord, copy: bool = False) -> None:
+        """Write a PUT; ``copy`` for compaction and re-logging (never refused for size)."""
+        data = frame(self.seq, T_PUT, *put_parts(rec))
+        seg = self._write(data, may_overflow=copy)
+        jid = rec.id
+        self.touched.add(jid)
+        old = self.home.get(jid)
+        if old is not None:
+            self.segments[old >> HOME_SHIFT].live -= 1
+            self.live_bytes -= old & SIZE_MASK
+        self.home[jid] = (seg.number << HOME_SHIFT) | len(data)
+        seg.live += 1
+        seg.ids.append(jid)
+        self.live_bytes += len(data)
+        if jid >= self.next_id:
+            self.next_id = jid + 1
+
+    def update(self, rec: JobRecord) -> None:
+        """Write an UPDATE."""
+        self._write(frame(self.seq, T_UPDATE, update_payload(rec)), may_overflow=True)
+        self.touched.add(rec.id)
+
+    def delete(self, job_id: int) -> None:
+        """Write a DELETE."""
+        self._write(frame(self.seq, T_DELETE, delete_payload(job_id)), may_overflow=True)
+        self.touched.add(job_id)
+        old = self.home.pop(job_id, None)
+        if old is not None:
+            self.segments[old >> HOME_SHIFT].live -= 1
+            self.live_bytes -= old & SIZE_MASK
+
+    def _write(self, data: bytes, may_overflow: bool) -> SegmentMeta:
+        """Append one frame (built with the current sequence number)."""
+        if self._tail_dirty:
+            self._repair_tail()
+        seg = self.active
+        if seg.size + len(data) > self.segment_size and seg.size > HEADER_SIZE:
+            try:
+                self.rotate(sync_old=True)
+            except BinlogWriteError:
+                # Deletes and updates go past the size limit rather than fail: a full disk
+                # must not stop clients from draining the queue.
+                if not may_overflow:
+                    raise
+            seg = self.active
+        fd = seg.fd
+        assert fd is not None
+        written = 0
+        try:
+            while written < len(data):
+                n = self.ops.pwrite(fd, data[written:] if written else data, seg.size + written)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += n
+        except OSError as exc:
+            # A failed pwrite may still have written part of the frame: cut it off now, or
+            # (if that fails too) before the next write.
+            self._tail_dirty = True
+            with contextlib.suppress(BinlogWriteError):
+                self._repair_tail()
+            raise BinlogWriteError(
+                describe_oserror("cannot write to", seg.path, exc), exc.errno
+            ) from exc
+        seg.size += len(data)
+        self.seq += 1
+        self.dirty = True
+        self.written += 1
+        return seg
+
+    def _repair_tail(self) -> None:
+        seg = self.active
+        assert seg.fd is not None
+        try:
+            self.ops.truncate(seg.fd, seg.size)
+        except OSError as exc:
+            raise BinlogWriteError(
+                describe_oserror("cannot cut back a failed write in", seg.path, exc), exc.errno
+            ) from exc
+        self._tail_dirty = False
+
+    # -------------------------------------------------------------- segments
+
+    def rotate(self, sync_old: bool) -> None:
+        """Start the next segment; the old one is fsynced (if asked) and closed.
+
+        Raises BinlogWriteError if the new segment cannot be created (the old one stays
+        current). A failed fsync of the old one sets ``relog_pending``.
+        """
+        old = self.active
+        new = create_segment(
+            self.ops, self.directory, old.number + 1, self.seq, self.next_id, self.durable
+        )
+        if sync_old and self.dirty and self.durable and old.number != self.untrusted:
+            try:
+                assert old.fd is not None
+                self.ops.fdatasync(old.fd)
+            except OSError as exc:
+                log.error("binlog: %s", describe_oserror("fsync failed for", old.path, exc))
+                self.relog_pending = True
+                self.untrusted = old.number
+        if self._tail_dirty:
+            with contextlib.suppress(BinlogWriteError):
+                self._repair_tail()
+            self._tail_dirty = False
+        self._close_active()
+        self.segments[new.number] = new
+        self.active = new
+        if not self.relog_pending:
+            # Everything before the new segment is durable (or durability is off).
+            self.dirty = False
+            self.touched.clear()
+
+    def fdatasync(self) -> None:
+        """fsync the current segment; OSError on failure (the caller decides)."""
+        fd = self.active.fd
+        assert fd is not None
+        self.ops.fdatasync(fd)
+
+    def oldest(self) -> SegmentMeta:
+        """The oldest segment still on disk (possibly the current one)."""
+        return self.segments[next(iter(self.segments))]
+
+    def total_bytes(self) -> int:
+        """Bytes in every segment (valid data and damage alike)."""
+        return sum(seg.size for seg in self.segments.values())
+
+    def remove_oldest(self) -> None:
+        """Unlink the oldest segment (the caller checked it holds no live job)."""
+        oldest = self.oldest()
+        assert oldest is not self.active and oldest.live == 0
+        with contextlib.suppress(FileNotFoundError):
+            self.ops.unlink(oldest.path)
+        del self.segments[oldest.number]
+        log.debug("binlog: removed %s", oldest.path)
+
+    def close(self) -> None:
+        """Cut any junk after the last record and close the current segment."""
+        if self._tail_dirty:
+            with contextlib.suppress(BinlogWriteError):
+                self._repair_tail()
+        self._close_active()
+
+    def _close_active(self) -> None:
+        seg = self.active
+        if seg.fd is not None:
+            fd, seg.fd = seg.fd, None
+            with contextlib.suppress(OSError):
+                self.ops.close(fd)

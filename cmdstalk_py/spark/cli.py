@@ -1,0 +1,113 @@
+"""The ``cmdstalk-spark`` command line. Spark is imported inside each command, so ``--help``
+answers at once and a typo does not cost a JVM start."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import click
+
+from cmdstalk_py import __version__
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_ADDRESS = "127.0.0.1:11300"
+
+
+@contextmanager
+def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
+    from cmdstalk_py.spark.session import spark_session
+
+    # PySpark warns about pandas 3 on import; it works, and the warning is noise to users.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)
+    with spark_session(ctx.obj["master"], app_name=f"cmdstalk-spark {app}") as spark:
+        yield spark
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version")
+@click.option(
+    "--master",
+    default="local[*]",
+    show_default=True,
+    envvar="CMDSTALK_SPARK_MASTER",
+    help="Spark master URL (env CMDSTALK_SPARK_MASTER).",
+)
+@click.pass_context
+def main(ctx: click.Context, master: str) -> None:
+    """cmdstalk on Spark: enqueue DataFrames, report on event logs, export dead letters."""
+    ctx.ensure_object(dict)
+    ctx.obj["master"] = master
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "json", "csv"]),
+    default="parquet",
+    show_default=True,
+    help="Input format (json: one object per line; csv: with a header line).",
+)
+@click.option("--tube", default="default", show_default=True)
+@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option("--priority", default=1024, show_default=True, type=click.IntRange(0, 2**32 - 1))
+@click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
+@click.option("--ttr", default=60, show_default=True, type=click.IntRange(0, 2**32 - 1))
+@click.option(
+    "--body-column",
+    default="body",
+    show_default=True,
+    help="Input column holding the job body; tube/priority/delay/ttr columns override per row.",
+)
+@click.option(
+    "--partitions", type=click.IntRange(1), help="Repartition first (one connection each)."
+)
+@click.pass_context
+def enqueue(
+    ctx: click.Context,
+    input_path: str,
+    fmt: str,
+    tube: str,
+    address: str,
+    priority: int,
+    delay: int,
+    ttr: int,
+    body_column: str,
+    partitions: int | None,
+) -> None:
+    """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
+    from cmdstalk_py.spark.datasource import OVERRIDES, write_jobs
+
+    with _session(ctx, "enqueue") as spark:
+        reader = spark.read
+        if fmt == "csv":
+            reader = reader.option("header", "true")
+        df = reader.format(fmt).load(input_path)
+        if body_column not in df.columns:
+            raise click.UsageError(f"no column {body_column!r} in {input_path}: {df.columns}")
+        cols = [df[body_column].alias("body")]
+        for name in (c for c in df.columns if c in OVERRIDES and c != body_column):
+            # CSV columns arrive as strings; the numeric overrides must be integers.
+            numeric = fmt == "csv" and name != "tube"
+            cols.append(df[name].cast("long").alias(name) if numeric else df[name])
+        df = df.select(*cols)
+        if partitions:
+            df = df.repartition(partitions)
+        started = time.monotonic()
+        summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
+        elapsed = time.monotonic() - started
+    rate = summary.rows / elapsed if elapsed > 0 else 0.0
+    per_tube = ", ".join(f"{t}: {n}" for t, n in sorted(summary.per_tube.items()))
+    click.echo(
+        f"enqueued {summary.rows} jobs ({summary.body_bytes} body bytes) to {address} "
+        f"in {len(summary.partitions)} partitions, {elapsed:.1f}s, {rate:,.0f} jobs/s"
+        + (f" [{per_tube}]" if per_tube else "")
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +31,13 @@ log = logging.getLogger("cmdstalk.broker")
 output_log = logging.getLogger("cmdstalk.output")
 
 Job = greenstalk.Job[bytes]
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class JobBudget:
@@ -367,7 +375,7 @@ class Broker:
         if r.exit_code is not None:
             how = f"exit {r.exit_code}"
         elif r.signal is not None:
-            how = f"signal {r.signal}"
+            how = f"killed by {_signal_name(r.signal)}"
         else:
             how = "not run"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""

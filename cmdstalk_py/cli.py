@@ -233,15 +233,18 @@ def _embedded_server(config: Config, extras: Extras) -> Iterator[None]:
     kwargs: dict[str, Any] = {}
     if extras.embedded_max_job_size is not None:
         kwargs["max_job_size"] = extras.embedded_max_job_size
+    server = EmbeddedServer(config.host, config.port, **kwargs)
     try:
-        server = EmbeddedServer(config.host, config.port, **kwargs)
+        server.start()
     except OSError as e:
         raise click.ClickException(
             f"cannot start the embedded server on {config.address}: {e}"
         ) from None
-    with server:
+    try:
         log.info("embedded server listening on %s", config.address)
         yield
+    finally:
+        server.stop()
 
 
 def _option_names() -> tuple[list[str], list[str]]:

@@ -1,0 +1,96 @@
+"""The quick start: examples/demo.py, examples/produce.py and ``cmdstalk --embedded``."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import greenstalk
+
+from tests.helpers import BeanstalkServer, accepts_connections, free_port, wait_until
+from tests.supervisor.conftest import REPO, cmdstalk_env, read_events, start_cmdstalk
+
+
+def test_demo_runs_every_example_to_its_end() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cmdstalk_env(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "every job ended as expected" in proc.stdout
+    table = proc.stdout
+    for worker, outcome in [
+        ("hello.sh", "deleted"),
+        ("flaky.py", "released"),
+        ("flaky.py", "deleted"),
+        ("json_worker.py", "buried"),
+        ("slow.sh", "timeout_buried"),
+    ]:
+        assert any(worker in line and outcome in line.split() for line in table.splitlines())
+
+
+def test_produce_puts_one_job_per_payload(beanstalk: BeanstalkServer) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "produce.py"), "--address", beanstalk.address,
+         "--tube", "prod", "--priority", "7", "--ttr", "9", "a", "b", "--stdin-lines"],
+        input="c\n\nd\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ids = [int(x) for x in proc.stdout.split()]
+    worker = beanstalk.client(watch="prod")
+    bodies = []
+    for job_id in ids:
+        job = worker.reserve(timeout=5)
+        assert job.id == job_id
+        stats = worker.stats_job(job)
+        assert (stats["pri"], stats["ttr"]) == (7, 9)
+        bodies.append(job.body)
+        worker.delete(job)
+    assert bodies == ["a", "b", "c", "d"]
+
+
+def test_embedded_server_with_max_jobs(tmp_path: Path) -> None:
+    port = free_port()
+    events = tmp_path / "events.jsonl"
+    proc = start_cmdstalk(
+        "--embedded", f"-address=127.0.0.1:{port}", "-tubes=emb", "-cmd=tr a-z A-Z",
+        "--max-jobs", "2", "--events", str(events),
+    )
+    try:
+        wait_until(lambda: accepts_connections("127.0.0.1", port), 15, message="embedded server")
+        with greenstalk.Client(("127.0.0.1", port), use="emb") as producer:
+            ids = [producer.put(body) for body in ("one", "two")]
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    records = read_events(events)
+    assert [(r["job_id"], r["outcome"], r["stdout_tail"]) for r in records] == [
+        (ids[0], "deleted", "ONE"),
+        (ids[1], "deleted", "TWO"),
+    ]
+
+
+def test_embedded_port_in_use_is_one_error_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = start_cmdstalk("--embedded", "--address", f"127.0.0.1:{port}", "--cmd", "cat")
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1
+    lines = err.decode().splitlines()
+    assert [line for line in lines if line.startswith("Error:")] == [
+        next(line for line in lines if "cannot start the embedded server" in line)
+    ]
+    assert "Traceback" not in err.decode()

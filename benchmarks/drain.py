@@ -33,6 +33,7 @@ import pstats
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,11 +59,21 @@ UNPAUSE_AFTER = 1  # seconds the tube stays paused while workers start (pause-tu
 
 
 def child_env() -> dict[str, str]:
-    """What a job's command gets: the usual PATH plus the CMDSTALK_* shape of variables."""
+    """What the supervisor gives a job's command: its own environment plus CMDSTALK_*.
+
+    Every mode uses it, raw included: the environment changes the command's own cost
+    (``LANG`` makes bash and cat load a locale), so all modes must pay the same.
+    """
     return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        **os.environ,
         "CMDSTALK_JOB_ID": "1",
         "CMDSTALK_TUBE": "bench",
+        "CMDSTALK_PRIORITY": "1024",
+        "CMDSTALK_TTR": str(TTR),
+        "CMDSTALK_RELEASES": "0",
+        "CMDSTALK_TIMEOUTS": "0",
+        "CMDSTALK_RESERVES": "1",
+        "CMDSTALK_AGE": "0",
     }
 
 
@@ -212,8 +223,39 @@ def profile_loop(
     return rate[0]
 
 
-def cli_argv() -> list[str]:
-    return [sys.executable, "-c", "from cmdstalk_py.cli import main; main()"]
+def cli_argv(profile_to: Path | None = None) -> list[str]:
+    """The cmdstalk CLI; with ``profile_to``, every thread of it runs under cProfile."""
+    if profile_to is None:
+        return [sys.executable, "-c", "from cmdstalk_py.cli import main; main()"]
+    return [sys.executable, "-c", _PROFILED_CLI.format(path=str(profile_to))]
+
+
+# Brokers are threads, which cProfile does not follow: give each thread its own profiler
+# and merge them all when the CLI exits.
+_PROFILED_CLI = """
+import atexit, cProfile, pstats, threading
+profilers = [cProfile.Profile()]
+thread_run = threading.Thread.run
+def run(self):
+    profiler = cProfile.Profile()
+    profilers.append(profiler)
+    profiler.enable()
+    try:
+        thread_run(self)
+    finally:
+        profiler.disable()
+threading.Thread.run = run
+def dump():
+    profilers[0].disable()
+    stats = pstats.Stats(profilers[0])
+    for profiler in profilers[1:]:
+        stats.add(profiler)
+    stats.dump_stats({path!r})
+atexit.register(dump)
+profilers[0].enable()
+from cmdstalk_py.cli import main
+main()
+"""
 
 
 def cli_available() -> bool:
@@ -227,10 +269,12 @@ def cli_available() -> bool:
 
 
 @contextmanager
-def running_cli(server: BeanstalkServer, tube: str, per_tube: int) -> Iterator[None]:
+def running_cli(
+    server: BeanstalkServer, tube: str, per_tube: int, profile_to: Path | None = None
+) -> Iterator[None]:
     proc = subprocess.Popen(
         [
-            *cli_argv(),
+            *cli_argv(profile_to),
             "--address",
             server.address,
             "--tubes",
@@ -255,15 +299,28 @@ def running_cli(server: BeanstalkServer, tube: str, per_tube: int) -> Iterator[N
             proc.wait()
 
 
-def bench_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
+def bench_cli(
+    server: BeanstalkServer, jobs: int, per_tube: int, profile_to: Path | None = None
+) -> float:
     """jobs/s of the real cmdstalk CLI draining the tube."""
     tube = fresh_tube()
     client = fill(server, tube, jobs)
     try:
-        with running_cli(server, tube, per_tube):
+        with running_cli(server, tube, per_tube, profile_to):
             return timed_drain(client, tube, jobs, per_tube, 600)
     finally:
         client.close()
+
+
+def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
+    """The real CLI with every thread under cProfile; prints the merged profile."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cli.prof"
+        rate = bench_cli(server, jobs, per_tube, profile_to=path)
+        out = io.StringIO()
+        pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(30)
+        print(out.getvalue())
+        return rate
 
 
 def print_profile(profiler: cProfile.Profile) -> None:
@@ -282,6 +339,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="300 jobs, one repeat")
     parser.add_argument("--profile", action="store_true", help="cProfile the loop mode")
+    parser.add_argument(
+        "--profile-cli", type=int, metavar="PER_TUBE", help="cProfile the CLI (all threads)"
+    )
     parser.add_argument(
         "--modes",
         default="spawn,loop,cli",
@@ -310,6 +370,10 @@ def main() -> None:
     with running_beanstalkd("-z", str(1 << 20)) as server:
         if args.profile:
             record("loop/1 profiled", bench_loop(server, jobs, 1, profile=True))
+            return
+        if args.profile_cli:
+            rate = profile_cli(server, jobs, args.profile_cli)
+            record(f"cli/{args.profile_cli} profiled", rate)
             return
         measurements: list[tuple[str, Callable[[], float]]] = []
         if "spawn" in modes:

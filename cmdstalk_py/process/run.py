@@ -124,6 +124,7 @@ class _Run:
         self.err = err
         self.streams: dict[int, OutputStream] = {child.stdout: out, child.stderr: err}
         self.stdin: int | None = child.stdin
+        self.stdin_polled = False  # registered for POLLOUT (payload larger than PIPE_BUF)
         self.payload = memoryview(payload)
         self.written = 0
         self.deadline = deadline
@@ -149,6 +150,8 @@ class _Run:
         for fd in self.streams:
             poller.register(fd, _POLLIN)
         self._start_stdin()
+        # A deadline already past or a stop already requested acts now, not a poll later.
+        self._check_kill(time.monotonic())
         drain_rounds = 0
         while True:
             timeout = 0 if self.reaped else self._timeout_ms(time.monotonic())
@@ -188,10 +191,10 @@ class _Run:
             if self.stop is not None or self.stop_now is not None:
                 check = now + self.poll_interval
                 wake = check if wake is None else min(wake, check)
-        elif not self.hard:
+        elif not self.hard and self.kill_at is not None:
             wake = self.kill_at
             if self.stop_now is not None:
-                wake = min(wake or now, now + self.poll_interval)
+                wake = min(wake, now + self.poll_interval)
         if wake is None:
             return -1
         # Round up so we never wake a hair before the deadline and spin.
@@ -215,6 +218,7 @@ class _Run:
             self._write_stdin()
             if self.stdin is not None:
                 self.poller.register(fd, _POLLOUT)
+                self.stdin_polled = True
 
     def _write_stdin(self) -> None:
         fd = self.stdin
@@ -233,8 +237,9 @@ class _Run:
         if fd is None:
             return
         self.stdin = None
-        if self.written < len(self.payload) and len(self.payload) > _PIPE_BUF:
+        if self.stdin_polled:
             self.poller.unregister(fd)
+            self.stdin_polled = False
         os.close(fd)
 
     # -- stdout / stderr --------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""fsync policy driven by the caller's clock: group commit, at most every N ms, never."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from cmdstalk_py.server.binlog import Binlog, BinlogClosedError, BinlogOptions
+from tests.binlog.faults import FaultyOps
+from tests.binlog.model import Model, make_job
+
+
+def open_counting(path: Path, fsync_ms: int | None) -> tuple[Binlog, FaultyOps, Model]:
+    model = Model()
+    ops = FaultyOps(str(path))
+    log = Binlog(str(path), BinlogOptions(fsync_ms=fsync_ms), ops=ops, lookup=model.lookup)
+    return log, ops, model
+
+
+def test_fsync_0_is_one_group_commit_per_tick(tmp_path: Path) -> None:
+    log, ops, model = open_counting(tmp_path, 0)
+    rng = random.Random(1)
+    assert log.next_deadline() is None and not log.needs_sync
+    for _ in range(25):  # one event-loop iteration's worth of pipelined commands
+        model.step(log, rng)
+    assert log.needs_sync and log.next_deadline() == 0.0
+    before = ops.fsyncs
+    log.tick(10.0)
+    assert ops.fsyncs == before + 1
+    assert not log.needs_sync and log.next_deadline() is None
+    log.tick(10.001)  # nothing new: no fsync
+    assert ops.fsyncs == before + 1
+    log.close()
+
+
+def test_fsync_ms_syncs_at_most_every_interval(tmp_path: Path) -> None:
+    log, ops, model = open_counting(tmp_path, 50)
+    rng = random.Random(2)
+    model.step(log, rng)
+    base = ops.fsyncs
+    log.tick(100.0)  # first write after a long quiet time: due at once
+    assert ops.fsyncs == base + 1
+    model.step(log, rng)
+    assert log.next_deadline() == pytest.approx(100.05)
+    log.tick(100.01)
+    log.tick(100.049)
+    assert ops.fsyncs == base + 1 and log.needs_sync
+    log.tick(100.05)
+    assert ops.fsyncs == base + 2 and not log.needs_sync
+    assert log.next_deadline() is None
+    log.close()
+
+
+def test_close_syncs_what_is_pending(tmp_path: Path) -> None:
+    log, ops, model = open_counting(tmp_path, 50)
+    model.step(log, random.Random(3))
+    base = ops.fsyncs
+    log.close()
+    assert ops.fsyncs == base + 1
+    with pytest.raises(BinlogClosedError):
+        log.put(make_job(99, random.Random(4)))
+
+
+def test_never_does_not_fsync(tmp_path: Path) -> None:
+    log, ops, model = open_counting(tmp_path, None)
+    rng = random.Random(5)
+    for i in range(200):
+        model.step(log, rng)
+        log.tick(float(i))
+    assert log.next_deadline() is None or log.next_deadline() == 0.0
+    log.close()
+    assert ops.fsyncs == 0
+    assert not [op for op, _ in ops.trace if op in ("fdatasync", "fsync_dir")]
+    with Binlog(str(tmp_path), BinlogOptions(fsync_ms=None)) as again:
+        assert again.recovery.jobs == model.jobs
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"fsync_ms": -1},
+        {"segment_size": 10},
+        {"compact_ratio": 1.0},
+        {"compact_budget": 0},
+    ],
+)
+def test_invalid_options_are_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        BinlogOptions(**kwargs)  # type: ignore[arg-type]

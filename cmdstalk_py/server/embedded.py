@@ -144,9 +144,11 @@ class EmbeddedServer:
                 server.remove_unix_sockets()
                 for srv in server.listeners:
                     loop.run_until_complete(srv.wait_closed())
-                # Let the aborted transports run their connection_lost callbacks.
-                for _ in range(3):
+                # Let the aborted transports run their connection_lost callbacks; abort any
+                # connection accepted meanwhile (connection_made was still pending).
+                for _ in range(5):
                     loop.run_until_complete(asyncio.sleep(0))
+                    server.close()
         finally:
             loop.close()
             self._loop = None

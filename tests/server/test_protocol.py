@@ -173,3 +173,17 @@ def test_strtol_scanner() -> None:
     assert p.c_strtol(b"  -12x") == (-12, True, False)
     assert p.c_strtol(b"x") == (0, False, False)
     assert p.c_strtol(b"+") == (0, False, False)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"put 1 2 3 4", b"put 4294967296 0 0 1", b"put 0 0 0 4294967295", b"put 0 0 1 65536",
+        b"put 0 0 1 65535", b"delete 1", b"delete 9999999999999999999", b"touch 5", b"peek 0",
+        b"reserve-job 3", b"kick-job 4", b"stats-job 6", b"reserve-with-timeout 999999999",
+        b"reserve-with-timeout 0", b"reserve", b"stats", b"quit",
+    ],
+)
+def test_fast_paths_agree_with_the_general_parser(line: bytes) -> None:
+    assert p.parse_command(line) == p._parse_general(line, p.DEFAULT_MAX_JOB_SIZE)
+    assert type(p.parse_command(line)) is type(p._parse_general(line, p.DEFAULT_MAX_JOB_SIZE))

@@ -1,0 +1,153 @@
+"""``cmdstalk-server`` as a process: flags, signals, start-up time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import accepts_connections, free_port, wait_until
+
+SERVER = [sys.executable, "-m", "cmdstalk_py.server"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SERVER, *args], capture_output=True, text=True, timeout=30)
+
+
+@contextmanager
+def server_process(*args: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [*SERVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        proc.communicate()
+
+
+def talk(sock: socket.socket, data: bytes) -> bytes:
+    sock.sendall(data)
+    out = b""
+    while not out.endswith(b"\r\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def test_help_says_where_it_listens() -> None:
+    r = run("-h")
+    assert r.returncode == 0
+    assert "127.0.0.1" in r.stdout and "all interfaces" in r.stdout
+    for flag in ("-l", "-p", "-z", "-V", "-v", "-b"):
+        assert flag in r.stdout
+    assert run("--help").returncode == 0
+
+
+def test_version() -> None:
+    r = run("-v")
+    assert (r.returncode, r.stdout.strip()) == (0, "cmdstalk-server 1.12")
+
+
+@pytest.mark.parametrize(
+    "args", [["-x"], ["-p", "http"], ["-p", "70000"], ["-z", "-5"], ["stray"], ["-l"]]
+)
+def test_bad_flags_one_line_exit_2(args: list[str]) -> None:
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cmdstalk-server: "), r.stderr
+
+
+@pytest.mark.parametrize("args", [["-b", "/tmp/nowhere"], ["-F"], ["-f", "10"], ["-s", "1000"]])
+def test_durability_flags_refused_until_the_binlog_exists(args: list[str]) -> None:
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and args[0] in lines[0] and "binlog" in lines[0]
+
+
+def test_port_in_use_fails_clearly() -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        r = run("-p", str(blocker.getsockname()[1]))
+    assert r.returncode == 1
+    assert "cannot listen" in r.stderr
+
+
+def test_serves_drains_on_sigusr1_and_exits_0_on_sigterm() -> None:
+    port = free_port()
+    with server_process("-l", "127.0.0.1", "-p", str(port), "-z", "100") as proc:
+        wait_until(lambda: accepts_connections("127.0.0.1", port), timeout=10,
+                   message="server accepts")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            assert talk(s, b"put 0 0 60 2\r\nhi\r\n") == b"INSERTED 1\r\n"
+            assert b"max-job-size: 100\n" in talk(s, b"stats\r\n")
+            proc.send_signal(signal.SIGUSR1)
+            wait_until(lambda: talk(s, b"put 0 0 60 1\r\nx\r\n") == b"DRAINING\r\n",
+                       timeout=10, message="drain mode")
+            assert b"draining: true" in talk(s, b"stats\r\n")
+            assert talk(s, b"reserve-with-timeout 0\r\n").startswith(b"RESERVED 1 2")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_sigint_exits_0_and_unix_socket_is_removed() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s.sock")
+        with server_process("-l", f"unix:{path}") as proc:
+
+            def connects() -> bool:
+                with socket.socket(socket.AF_UNIX) as s:
+                    try:
+                        s.connect(path)
+                    except OSError:
+                        return False
+                    return talk(s, b"list-tube-used\r\n") == b"USING default\r\n"
+
+            wait_until(connects, timeout=10, message="unix socket")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=10) == 0
+        assert not os.path.exists(path)
+
+
+def test_console_script_and_startup_time() -> None:
+    script = Path(sys.executable).parent / "cmdstalk-server"
+    cmd = [str(script)] if script.exists() else SERVER
+    best = float("inf")
+    for _ in range(3):
+        port = free_port()
+        start = time.monotonic()
+        proc = subprocess.Popen([*cmd, "-p", str(port)], start_new_session=True)
+        try:
+            wait_until(lambda p=port: accepts_connections("127.0.0.1", p), timeout=10,
+                       interval=0.001, message="accepting")
+            best = min(best, time.monotonic() - start)
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                assert talk(s, b"list-tube-used\r\n") == b"USING default\r\n"
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+    # The target is 100 ms on an idle machine; shared CI boxes get headroom.
+    assert best < 0.5, f"start-up took {best * 1000:.0f} ms"

@@ -128,7 +128,9 @@ def test_systemd_unit_command_line_for_real(
         "CMDSTALK_ADDRESS": real_beanstalkd.address,
         "CMDSTALK_TUBES": "pool1,pool1b",
         "CMDSTALK_PER_TUBE": "1",
-        "CMDSTALK_CMD": "cat >/dev/null; echo \"done $CMDSTALK_JOB_ID\"",
+        # Job commands must not inherit the notify socket (they could speak for the service).
+        "CMDSTALK_CMD": 'cat >/dev/null; echo "done $CMDSTALK_JOB_ID ${NOTIFY_SOCKET:-none}'
+        ' ${WATCHDOG_USEC:-none}"',
         "CMDSTALK_METRICS": f"127.0.0.1:{metrics_port}",
         "CMDSTALK_ARGS": "--max-jobs 2",  # recycling: exits 0 by itself after two jobs
     }
@@ -154,7 +156,7 @@ def test_systemd_unit_command_line_for_real(
     records = event_lines(logs_dir / "pool1.events.jsonl")
     assert sorted(str(r["tube"]) for r in records) == ["pool1", "pool1b"], stderr
     assert all(r["outcome"] == "deleted" for r in records)
-    assert all(str(r["stdout_tail"]) == f"done {r['job_id']}\n" for r in records)
+    assert all(str(r["stdout_tail"]) == f"done {r['job_id']} none none\n" for r in records)
     # CMDSTALK_LOG_FORMAT=json from the env file: every stderr line is a JSON object.
     assert stderr and all(json.loads(line)["msg"] is not None for line in stderr.splitlines())
 

@@ -6,21 +6,25 @@
 command started sequentially from Python with the payload on stdin via ``subprocess.run``,
 no queue. Targets: per-tube 1 ≥ 0.90 x raw, per-tube 4 ≥ 1.4 x raw.
 
-Modes measured (``--modes``):
-- ``raw``: ``subprocess.run`` in a loop, the reference.
-- ``spawn``: ``run_command`` in a loop, no queue (the cost of our process layer alone).
-- ``loop``: a minimal reserve / run_command / delete loop per thread inside this process
-  (what a broker costs without the CLI around it).
-- ``cli``: the real ``cmdstalk`` CLI as a subprocess (the figure that counts).
+Workers measured (``--modes``):
+- ``cli``: the real ``cmdstalk`` CLI as a subprocess (the figure that counts);
+- ``loop``: a minimal reserve / stats-job / run_command / delete loop per thread inside
+  this process (what a broker costs without the CLI around it);
+- ``spawn``: ``run_command`` in a plain loop, no queue (our process layer alone).
 
-Timing of queue modes: the jobs are put first while the tube is paused, the workers are
-started and must be watching the tube, then the tube is unpaused and the clock starts; it
-stops when stats-tube counts every job deleted. Each mode runs ``--repeat`` times,
-interleaved with the others (the machine is shared, so load drifts); the median is reported.
+Two figures per worker kind and per-tube count:
+- drain: the issue's measure. All jobs are put while the tube is paused, the workers start
+  and must be watching, the tube is unpaused and the clock runs until stats-tube counts
+  every job deleted. Its ratio is to the median raw rate of the run.
+- paired: the same number of jobs fed in batches (pipelined puts, workers already
+  running), each batch alternating with a batch of raw ``subprocess.run`` calls. The
+  machine is shared and its load drifts within seconds; the paired ratio compares the two
+  under the same load, so it is the one to trust when the figures jump around.
 
-``--profile`` runs the ``loop`` mode (per-tube 1) under cProfile and prints the top entries.
+``--profile`` runs one in-process loop worker under cProfile; ``--profile-cli N`` runs the
+CLI with ``--per-tube N`` with every thread under cProfile. Both print the top entries.
 
-Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--profile]``
+Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--modes cli,loop]``
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import cProfile
 import io
 import os
 import pstats
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,8 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from functools import partial
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import greenstalk
@@ -54,8 +58,12 @@ CMD = "cat >/dev/null"
 ARGV = [*SHELL, CMD]
 PAYLOAD = b'{"job": "drain benchmark", "pad": "' + b"x" * 40 + b'"}'
 TTR = 120
-POLL = 0.01  # stats-tube polling interval while draining
-UNPAUSE_AFTER = 1  # seconds the tube stays paused while workers start (pause-tube unit)
+UNPAUSE_AFTER = 1  # seconds the tube stays paused once workers watch (pause-tube unit)
+DRAIN_POLL = 0.01  # stats-tube polling while a full drain runs (seconds)
+BATCH_POLL = 0.001  # polling while a paired batch runs: batches are short
+WARMUP_JOBS = 20
+
+Workers = Callable[[BeanstalkServer, str, int], AbstractContextManager[None]]
 
 
 def child_env() -> dict[str, str]:
@@ -77,88 +85,37 @@ def child_env() -> dict[str, str]:
     }
 
 
-# -- no queue -----------------------------------------------------------------------------
+# -- without a queue ------------------------------------------------------------------------
 
 
-def bench_raw(jobs: int) -> float:
-    """jobs/s of sequential ``subprocess.run`` with the payload on stdin."""
+def time_raw(jobs: int) -> float:
+    """Seconds for ``jobs`` sequential ``subprocess.run`` calls, payload on stdin."""
     env = child_env()
     started = time.perf_counter()
     for _ in range(jobs):
         subprocess.run(ARGV, input=PAYLOAD, env=env, check=True)
-    return jobs / (time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
-def bench_spawn(jobs: int) -> float:
-    """jobs/s of sequential ``run_command`` (no queue)."""
+def time_spawn(jobs: int) -> float:
+    """Seconds for ``jobs`` sequential ``run_command`` calls."""
     env = child_env()
     started = time.perf_counter()
     for _ in range(jobs):
         result = run_command(ARGV, PAYLOAD, env)
         if result.exit_code != 0:
             raise RuntimeError(f"command failed: {result}")
-    return jobs / (time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
-# -- queue modes ----------------------------------------------------------------------------
+# -- workers ----------------------------------------------------------------------------------
 
 
-_tube_counter = 0
-
-
-def fresh_tube() -> str:
-    """A new tube name per run, so stats-tube counters start at zero."""
-    global _tube_counter
-    _tube_counter += 1
-    return f"drain{os.getpid()}-{_tube_counter}"
-
-
-def fill(server: BeanstalkServer, tube: str, jobs: int) -> greenstalk.Client[bytes]:
-    """Put ``jobs`` jobs into a paused ``tube``; return the client used (keeps the tube)."""
-    client = greenstalk.Client((server.host, server.port), use=tube, watch=tube, encoding=None)
-    client.pause_tube(tube, 3600)
-    for _ in range(jobs):
-        client.put(PAYLOAD, ttr=TTR)
-    return client
-
-
-def deleted(client: greenstalk.Client[bytes], tube: str) -> int:
-    return int(client.stats_tube(tube)["cmd-delete"])
-
-
-def timed_drain(
-    client: greenstalk.Client[bytes], tube: str, jobs: int, workers: int, timeout: float
-) -> float:
-    """Wait for ``workers`` watchers, unpause, and time until ``jobs`` deletes: jobs/s."""
-    # Our own client watches the tube too.
-    wait_until(
-        lambda: int(client.stats_tube(tube)["current-watching"]) >= workers + 1,
-        timeout=60,
-        message=f"{workers} workers watching {tube}",
-    )
-    # pause-tube's delay is whole seconds; "unpause" = a pause that ends one second later.
-    client.pause_tube(tube, UNPAUSE_AFTER)
-    started = time.perf_counter() + UNPAUSE_AFTER
-    deadline = started + timeout
-    while deleted(client, tube) < jobs:
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"drain of {tube} timed out: {client.stats_tube(tube)}")
-        time.sleep(POLL)
-    elapsed = time.perf_counter() - started
-    stats = client.stats_tube(tube)
-    if stats["current-jobs-buried"] or stats["current-jobs-delayed"]:
-        raise RuntimeError(f"jobs failed during the drain: {stats}")
-    return jobs / elapsed
-
-
-def loop_worker(
-    server: BeanstalkServer, tube: str, stop: threading.Event, ready: Callable[[], object]
-) -> None:
+def loop_worker(server: BeanstalkServer, tube: str, stop: threading.Event) -> None:
     """A minimal broker: reserve, stats-job, run_command, delete."""
     env = child_env()
     address = (server.host, server.port)
     with greenstalk.Client(address, use=tube, watch=tube, encoding=None) as client:
-        ready()
         while not stop.is_set():
             try:
                 job = client.reserve(timeout=1)
@@ -172,55 +129,21 @@ def loop_worker(
             client.delete(job)
 
 
-def bench_loop(server: BeanstalkServer, jobs: int, workers: int, profile: bool = False) -> float:
-    """jobs/s of ``workers`` in-process reserve/run/delete loops."""
-    tube = fresh_tube()
-    client = fill(server, tube, jobs)
+@contextmanager
+def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
+    """``count`` in-process loop workers on ``tube`` until the block ends."""
     stop = threading.Event()
-    started = threading.Semaphore(0)
     threads = [
-        threading.Thread(target=loop_worker, args=(server, tube, stop, started.release))
-        for _ in range(workers)
+        threading.Thread(target=loop_worker, args=(server, tube, stop)) for _ in range(count)
     ]
+    for thread in threads:
+        thread.start()
     try:
-        if profile:
-            return profile_loop(server, client, tube, jobs, stop)
-        for thread in threads:
-            thread.start()
-        return timed_drain(client, tube, jobs, workers, 600)
+        yield
     finally:
         stop.set()
         for thread in threads:
-            if thread.is_alive():
-                thread.join()
-        client.close()
-
-
-def profile_loop(
-    server: BeanstalkServer,
-    client: greenstalk.Client[bytes],
-    tube: str,
-    jobs: int,
-    stop: threading.Event,
-) -> float:
-    """One worker under cProfile in this thread; the drain is timed by another thread."""
-    rate: list[float] = []
-
-    def time_it() -> None:
-        try:
-            rate.append(timed_drain(client, tube, jobs, 1, 600))
-        finally:
-            stop.set()
-
-    timer = threading.Thread(target=time_it)
-    timer.start()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    loop_worker(server, tube, stop, lambda: None)
-    profiler.disable()
-    timer.join()
-    print_profile(profiler)
-    return rate[0]
+            thread.join()
 
 
 def cli_argv(profile_to: Path | None = None) -> list[str]:
@@ -269,21 +192,15 @@ def cli_available() -> bool:
 
 
 @contextmanager
-def running_cli(
+def cli_workers(
     server: BeanstalkServer, tube: str, per_tube: int, profile_to: Path | None = None
 ) -> Iterator[None]:
+    """The real CLI serving ``tube`` with ``per_tube`` brokers until the block ends."""
+    argv = [*cli_argv(profile_to), "--address", server.address, "--tubes", tube]
+    argv += ["--per-tube", str(per_tube), "--cmd", CMD]
+    # Default log level: a user's cmdstalk logs every job, so the benchmark does too.
     proc = subprocess.Popen(
-        [
-            *cli_argv(profile_to),
-            "--address",
-            server.address,
-            "--tubes",
-            tube,
-            "--per-tube",
-            str(per_tube),
-            "--cmd",
-            CMD,
-        ],
+        argv,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -299,35 +216,195 @@ def running_cli(
             proc.wait()
 
 
-def bench_cli(
-    server: BeanstalkServer, jobs: int, per_tube: int, profile_to: Path | None = None
-) -> float:
-    """jobs/s of the real cmdstalk CLI draining the tube."""
-    tube = fresh_tube()
-    client = fill(server, tube, jobs)
+# -- the queue side -----------------------------------------------------------------------
+
+
+class Queue:
+    """One fresh tube: puts (pipelined on a raw socket) and stats-tube polling."""
+
+    _counter = 0
+
+    def __init__(self, server: BeanstalkServer) -> None:
+        Queue._counter += 1
+        self.tube = f"drain{os.getpid()}-{Queue._counter}"  # fresh: counters start at 0
+        self.client: greenstalk.Client[bytes] = greenstalk.Client(
+            (server.host, server.port), use=self.tube, watch=self.tube, encoding=None
+        )
+        self.sock = socket.create_connection((server.host, server.port), timeout=30)
+        self.sock.sendall(b"use %s\r\n" % self.tube.encode())
+        self._expect(1, b"USING")
+        self.put_total = 0
+
+    def _expect(self, count: int, word: bytes) -> None:
+        data = b""
+        while data.count(b"\r\n") < count:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("beanstalkd closed the connection")
+            data += chunk
+        if any(not line.startswith(word) for line in data.split(b"\r\n")[:count]):
+            raise RuntimeError(f"unexpected reply: {data[:200]!r}")
+
+    def put(self, jobs: int) -> None:
+        """Put ``jobs`` jobs in one write, then read the replies."""
+        cmd = b"put 1024 0 %d %d\r\n%s\r\n" % (TTR, len(PAYLOAD), PAYLOAD)
+        self.sock.sendall(cmd * jobs)
+        self._expect(jobs, b"INSERTED")
+        self.put_total += jobs
+
+    def stats(self) -> greenstalk.StatsTube:
+        return self.client.stats_tube(self.tube)
+
+    def deleted(self) -> int:
+        return int(self.stats()["cmd-delete"])
+
+    def wait_watchers(self, workers: int) -> None:
+        wait_until(
+            lambda: int(self.stats()["current-watching"]) >= workers + 1,  # +1: our client
+            timeout=60,
+            message=f"{workers} workers watching {self.tube}",
+        )
+
+    def wait_deleted(self, count: int, poll: float, timeout: float = 600) -> None:
+        deadline = time.perf_counter() + timeout
+        while self.deleted() < count:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{self.tube} not drained: {self.stats()}")
+            time.sleep(poll)
+
+    def check_all_deleted(self) -> None:
+        stats = self.stats()
+        if stats["cmd-delete"] != self.put_total or stats["current-jobs-buried"]:
+            raise RuntimeError(f"jobs were not all deleted: {stats}")
+
+    def close(self) -> None:
+        self.sock.close()
+        self.client.close()
+
+
+def drain(server: BeanstalkServer, workers: Workers, count: int, jobs: int) -> float:
+    """The issue's measure: ``jobs`` queued at once, drained by ``count`` workers. jobs/s."""
+    queue = Queue(server)
     try:
-        with running_cli(server, tube, per_tube, profile_to):
-            return timed_drain(client, tube, jobs, per_tube, 600)
+        queue.client.pause_tube(queue.tube, 3600)
+        queue.put(jobs)
+        with workers(server, queue.tube, count):
+            queue.wait_watchers(count)
+            # pause-tube's delay is whole seconds: "unpause" = a pause ending 1 s from now.
+            queue.client.pause_tube(queue.tube, UNPAUSE_AFTER)
+            started = time.perf_counter() + UNPAUSE_AFTER
+            queue.wait_deleted(jobs, DRAIN_POLL)
+            elapsed = time.perf_counter() - started
+        queue.check_all_deleted()
+        return jobs / elapsed
     finally:
-        client.close()
+        queue.close()
+
+
+def paired(
+    server: BeanstalkServer, workers: Workers, count: int, jobs: int, batch: int
+) -> tuple[float, float, float]:
+    """Batches of queued jobs alternating with batches of raw runs.
+
+    Returns (queue jobs/s, raw jobs/s, median over batch pairs of queue rate / raw rate):
+    the median of per-pair ratios shrugs off the bursts of load that skew the totals.
+    """
+    queue = Queue(server)
+    queue_time = raw_time = 0.0
+    pair_ratios: list[float] = []
+    try:
+        with workers(server, queue.tube, count):
+            queue.wait_watchers(count)
+            queue.put(WARMUP_JOBS)
+            queue.wait_deleted(WARMUP_JOBS, BATCH_POLL)
+            for index, start in enumerate(range(0, jobs, batch)):
+                size = min(batch, jobs - start)
+                raw_first = index % 2 == 1  # alternate the order: no systematic effect
+                raw = time_raw(size) if raw_first else 0.0
+                started = time.perf_counter()
+                queue.put(size)
+                queue.wait_deleted(queue.put_total, BATCH_POLL)
+                queued = time.perf_counter() - started
+                if not raw_first:
+                    raw = time_raw(size)
+                queue_time += queued
+                raw_time += raw
+                pair_ratios.append(raw / queued)
+        queue.check_all_deleted()
+        return jobs / queue_time, jobs / raw_time, statistics.median(pair_ratios)
+    finally:
+        queue.close()
+
+
+def paired_spawn(jobs: int, batch: int) -> tuple[float, float, float]:
+    """``run_command`` batches alternating with ``subprocess.run`` batches, as ``paired``."""
+    spawn_time = raw_time = 0.0
+    pair_ratios: list[float] = []
+    for index, start in enumerate(range(0, jobs, batch)):
+        size = min(batch, jobs - start)
+        if index % 2:
+            raw = time_raw(size)
+            spawned = time_spawn(size)
+        else:
+            spawned = time_spawn(size)
+            raw = time_raw(size)
+        spawn_time += spawned
+        raw_time += raw
+        pair_ratios.append(raw / spawned)
+    return jobs / spawn_time, jobs / raw_time, statistics.median(pair_ratios)
+
+
+# -- profiling --------------------------------------------------------------------------------
+
+
+def print_stats(stats: pstats.Stats, out: io.StringIO) -> None:
+    stats.sort_stats("tottime").print_stats(25)
+    print(out.getvalue())
+
+
+def profile_loop(server: BeanstalkServer, jobs: int) -> float:
+    """One loop worker under cProfile in this thread; a helper thread feeds and times."""
+    queue = Queue(server)
+    stop = threading.Event()
+    rate: list[float] = []
+
+    def feed_and_time() -> None:
+        try:
+            queue.wait_watchers(1)
+            started = time.perf_counter()
+            queue.put(jobs)
+            queue.wait_deleted(jobs, DRAIN_POLL)
+            rate.append(jobs / (time.perf_counter() - started))
+        finally:
+            stop.set()
+
+    feeder = threading.Thread(target=feed_and_time)
+    feeder.start()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    loop_worker(server, queue.tube, stop)
+    profiler.disable()
+    feeder.join()
+    queue.close()
+    out = io.StringIO()
+    print_stats(pstats.Stats(profiler, stream=out), out)
+    return rate[0]
 
 
 def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
     """The real CLI with every thread under cProfile; prints the merged profile."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cli.prof"
-        rate = bench_cli(server, jobs, per_tube, profile_to=path)
+
+        @contextmanager
+        def profiled(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
+            with cli_workers(server, tube, count, profile_to=path):
+                yield
+
+        rate = drain(server, profiled, per_tube, jobs)
         out = io.StringIO()
-        pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(30)
-        print(out.getvalue())
+        print_stats(pstats.Stats(str(path), stream=out), out)
         return rate
-
-
-def print_profile(profiler: cProfile.Profile) -> None:
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats(25)
-    print(out.getvalue())
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -336,25 +413,22 @@ def print_profile(profiler: cProfile.Profile) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=50, help="jobs per paired batch")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="300 jobs, one repeat")
-    parser.add_argument("--profile", action="store_true", help="cProfile the loop mode")
+    parser.add_argument("--quick", action="store_true", help="300 jobs, one round")
+    parser.add_argument("--modes", default="cli,loop,spawn", help="subset of cli,loop,spawn")
+    parser.add_argument("--profile", action="store_true", help="cProfile a loop worker")
     parser.add_argument(
         "--profile-cli", type=int, metavar="PER_TUBE", help="cProfile the CLI (all threads)"
     )
-    parser.add_argument(
-        "--modes",
-        default="spawn,loop,cli",
-        help="comma-separated subset of spawn,loop,cli (raw always runs)",
-    )
     args = parser.parse_args()
-    jobs, repeat = (300, 1) if args.quick else (args.jobs, args.repeat)
+    jobs, repeat, batch = (300, 1, 30) if args.quick else (args.jobs, args.repeat, args.batch)
     modes = set(args.modes.split(","))
-    modes.add("raw")
     if "cli" in modes and not cli_available():
         print("cmdstalk CLI not available yet: skipping the cli mode")
         modes.discard("cli")
 
+    print(f"drain benchmark: {jobs} jobs, {SHELL} {CMD!r}, {os.cpu_count()} cpus")
     rates: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {}
 
@@ -363,49 +437,49 @@ def main() -> None:
         note = ""
         if ratio is not None:
             ratios.setdefault(name, []).append(ratio)
-            note = f"  {ratio:5.2f} x raw (adjacent)"
-        print(f"  {name:<8} {rate:8.1f} jobs/s{note}", flush=True)
+            note = f"   {ratio:5.2f} x raw (median of batch pairs)"
+        print(f"  {name:<16} {rate:7.1f} jobs/s{note}", flush=True)
 
-    print(f"drain benchmark: {jobs} jobs, command {SHELL} {CMD!r}, {os.cpu_count()} cpus")
     with running_beanstalkd("-z", str(1 << 20)) as server:
         if args.profile:
-            record("loop/1 profiled", bench_loop(server, jobs, 1, profile=True))
+            print(f"loop worker, profiled: {profile_loop(server, jobs):.1f} jobs/s")
             return
         if args.profile_cli:
             rate = profile_cli(server, jobs, args.profile_cli)
-            record(f"cli/{args.profile_cli} profiled", rate)
+            print(f"cli/{args.profile_cli}, profiled: {rate:.1f} jobs/s")
             return
-        measurements: list[tuple[str, Callable[[], float]]] = []
-        if "spawn" in modes:
-            measurements.append(("spawn", partial(bench_spawn, jobs)))
-        for n in (1, 4):
-            if "loop" in modes:
-                measurements.append((f"loop/{n}", partial(bench_loop, server, jobs, n)))
-        for n in (1, 4):
-            if "cli" in modes:
-                measurements.append((f"cli/{n}", partial(bench_cli, server, jobs, n)))
+        kinds: list[tuple[str, Workers]] = []
+        if "cli" in modes:
+            kinds.append(("cli", cli_workers))
+        if "loop" in modes:
+            kinds.append(("loop", loop_workers))
         for round_no in range(repeat):
             print(f"round {round_no + 1}/{repeat}")
-            # Raw runs before and after every measurement: the machine is shared and its
-            # load drifts, so each figure is compared with the raw limit measured around it.
-            raw_before = bench_raw(jobs)
-            record("raw", raw_before)
-            for name, measure in measurements:
-                rate = measure()
-                raw_after = bench_raw(jobs)
-                record(name, rate, rate / ((raw_before + raw_after) / 2))
-                record("raw", raw_after)
-                raw_before = raw_after
+            record("raw", jobs / time_raw(jobs))
+            if "spawn" in modes:
+                spawn_rate, raw_rate, ratio = paired_spawn(jobs, batch)
+                record("spawn paired", spawn_rate, ratio)
+                record("raw", raw_rate)
+            for name, workers in kinds:
+                for count in (1, 4):
+                    record(f"{name}/{count} drain", drain(server, workers, count, jobs))
+                    queue_rate, raw_rate, ratio = paired(server, workers, count, jobs, batch)
+                    record(f"{name}/{count} paired", queue_rate, ratio)
+                    record("raw", raw_rate)
 
-    print("\nmedians" + ("" if repeat == 1 else f" over {repeat} rounds"))
-    print("  (ratio: to the mean of the raw runs just before and after; targets:")
-    print("   per-tube 1 >= 0.90 x raw, per-tube 4 >= 1.40 x raw)")
+    raw = statistics.median(rates["raw"])
+    print(f"\nmedians over {repeat} round(s); raw = {raw:.1f} jobs/s (median of all raw runs)")
+    print("targets: per-tube 1 >= 0.90 x raw, per-tube 4 >= 1.40 x raw")
     for name, values in rates.items():
-        line = f"  {name:<8} {statistics.median(values):8.1f} jobs/s"
+        if name == "raw":
+            continue
+        rate = statistics.median(values)
         if name in ratios:
-            line += f"  ratio {statistics.median(ratios[name]):5.2f}"
-            line += f"  (all: {', '.join(f'{r:.2f}' for r in ratios[name])})"
-        print(line)
+            each = ", ".join(f"{r:.2f}" for r in ratios[name])
+            how = f"{statistics.median(ratios[name]):5.2f} x raw, paired ({each})"
+        else:
+            how = f"{rate / raw:5.2f} x median raw"
+        print(f"  {name:<16} {rate:7.1f} jobs/s  {how}")
 
 
 if __name__ == "__main__":

@@ -152,9 +152,17 @@ class EventLog(Observer):
         self._reopen_requested = True
 
     def reopen(self) -> None:
-        """Close and reopen the path now (after logrotate moved the file away)."""
+        """Close and reopen the path now (after logrotate moved the file away).
+
+        Never raises: called from the supervisor's main loop on SIGHUP, where a missing
+        directory must not stop the workers. A failure is logged and retried at each write.
+        """
         with self._lock:
-            self._reopen_locked()
+            try:
+                self._reopen_locked()
+            except OSError as exc:
+                log.error("event log %s: cannot reopen: %s", self.path, exc)
+                self._failed = True
 
     def _reopen_locked(self) -> None:
         self._reopen_requested = False

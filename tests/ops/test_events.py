@@ -223,3 +223,19 @@ def test_closed_log_drops_records_quietly(tmp_path: Path) -> None:
     elog.close()
     elog.job_finished(result(1))
     assert path.read_text() == ""
+
+
+def test_reopen_failure_does_not_raise(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    path = logdir / "events.jsonl"
+    elog = EventLog(str(path), clock=FakeClock())
+    path.unlink()
+    logdir.rmdir()
+    with caplog.at_level(logging.ERROR, logger="cmdstalk.events"):
+        elog.reopen()  # the supervisor calls this on SIGHUP: it must not take it down
+    assert any("cannot reopen" in r.getMessage() for r in caplog.records)
+    logdir.mkdir()
+    elog.job_finished(result(1))  # the failed reopen is retried at the next write
+    elog.close()
+    assert [r["job_id"] for r in read_lines(path)] == [1]

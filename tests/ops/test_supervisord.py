@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BeanstalkServer, free_port, wait_until
+from tests.helpers import BeanstalkServer, accepts_connections, free_port, wait_until
 from tests.ops.procs import stop_process
 from tests.ops.units import SUPERVISORD_CONF, VENV_BIN
 
@@ -72,11 +72,12 @@ def test_stop_with_jobs_in_flight_loses_none(
     real_beanstalkd: BeanstalkServer, var_dir: Path
 ) -> None:
     log = var_dir / "jobs.log"
+    server_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CMDSTALK_")} | {
         "CMDSTALK_BIN": str(VENV_BIN),
         "CMDSTALK_VAR": str(var_dir),
         "CMDSTALK_ADDRESS": real_beanstalkd.address,
-        "CMDSTALK_SERVER_PORT": str(free_port()),
+        "CMDSTALK_SERVER_PORT": str(server_port),
         "CMDSTALK_TUBES": TUBE,
         "CMDSTALK_PER_TUBE": "3",
         # Quotes, spaces and $: cmdstalk takes the command from the environment verbatim.
@@ -87,6 +88,10 @@ def test_stop_with_jobs_in_flight_loses_none(
     sv = Supervisord(var_dir, env)
     try:
         wait_until(lambda: sv.state("cmdstalk") == "RUNNING", timeout=60, message="RUNNING")
+        # The bundled server's program runs too, on its own port (the workers use beanstalkd).
+        wait_until(lambda: sv.state("cmdstalk-server") == "RUNNING", timeout=60,
+                   message="cmdstalk-server RUNNING")  # fmt: skip
+        assert accepts_connections("127.0.0.1", server_port)
         for i in range(JOBS):
             producer.put(f"job{i}".encode(), ttr=60)
 

@@ -183,17 +183,40 @@ def startup(kinds: list[ServerKind], plan: Plan) -> list[Figure]:
     return [accept, reply]
 
 
-def in_memory_suite(kinds: list[ServerKind], plan: Plan) -> list[Figure]:
-    """The default run: throughput rounds on long-lived servers, then memory and start-up."""
+def in_memory_suite(kinds: list[ServerKind], plan: Plan, profile: Path | None = None) -> (
+    list[Figure]
+):
+    """The default run: throughput rounds on long-lived servers, then memory and start-up.
+
+    With ``profile``, the bundled server of the throughput rounds runs under cProfile and
+    writes its statistics there (its figures are then slowed down by the profiler).
+    """
     servers: dict[str, RunningServer] = {}
     try:
         for kind in kinds:
-            servers[kind.name] = start_server(kind)
+            run_kind = profiled(kind, profile) if profile and kind.name == BUNDLED else kind
+            servers[kind.name] = start_server(run_kind)
         figures = throughput(servers, plan)
     finally:
         for server in servers.values():
             server.stop()
     return [*figures, memory(kinds, plan), *startup(kinds, plan)]
+
+
+def profiled(kind: ServerKind, out: Path) -> ServerKind:
+    """The bundled server under ``python -m cProfile -o OUT``."""
+    return ServerKind(kind.name, (sys.executable, "-m", "cProfile", "-o", str(out), "-m",
+                                  "cmdstalk_py.server"))
+
+
+def profile_summary(path: Path, lines: int = 25) -> str:
+    """The functions with the most own time in a cProfile output file."""
+    import io
+    import pstats
+
+    out = io.StringIO()
+    pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(lines)
+    return out.getvalue()
 
 
 def metadata(args: argparse.Namespace, kinds: list[ServerKind]) -> dict[str, object]:
@@ -229,6 +252,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recovery-jobs", type=int, help="jobs in the log for recovery time")
     parser.add_argument("--saturation", action="store_true",
                         help="show that the load generator saturates the real beanstalkd")
+    parser.add_argument("--profile", type=Path, metavar="PATH",
+                        help="run the bundled server of the throughput rounds under cProfile,"
+                        " save the stats to PATH and print the top functions")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     return parser.parse_args(argv)
 
@@ -262,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
             figures, errors = durable_suite(kinds, plan, args.binlog_root)
             title = "Durable modes (binlog): bundled vs real beanstalkd"
         else:
-            figures = in_memory_suite(kinds, plan)
+            figures = in_memory_suite(kinds, plan, args.profile)
             title = "In-memory: bundled cmdstalk-server vs real beanstalkd"
+            if args.profile:
+                title += " (bundled throughput under cProfile)"
     except (ServerStartError, ProtocolError, OSError) as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 2
@@ -275,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     missed = failures(figures)
     if missed:
         print("targets missed: " + "; ".join(missed))
+    if args.profile and args.profile.exists():
+        print(f"\ncProfile of the bundled server during the throughput rounds ({args.profile}):")
+        print(profile_summary(args.profile))
     if args.json:
         report = {"meta": metadata(args, kinds), "elapsed": elapsed,
                   "figures": [f.as_dict() for f in figures], "notes": notes, "errors": errors}

@@ -139,6 +139,7 @@ def put_pipelined(
     keeps both directions well inside the socket buffers, so neither side can block the
     other on a full buffer.
     """
+    batch = max(1, min(batch, window))
     cmd = put_command()
     chunk = cmd * batch
     sent = acked = 0

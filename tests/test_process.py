@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.process import KillReason, run_command, set_child_subreaper
+from cmdstalk_py.process import KillReason, reap_orphans, run_command, set_child_subreaper
 from cmdstalk_py.process.output import OutputStream
+from tests.helpers import wait_until
 
 BASH = "/bin/bash"
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -389,6 +390,46 @@ def test_failing_callback_kills_and_reaps_the_command() -> None:
         run_command(sh("echo gc $$; exec sleep 60"), b"", ENV, on_stdout_line=boom)
     [command] = lines.procs
     assert_gone(command)
+
+
+# -- adopted orphans -----------------------------------------------------------------------
+
+
+def test_daemon_left_behind_is_reaped_by_reap_orphans() -> None:
+    lines = Announced()
+    # The daemon leaves the session, so exiting normally does not clean it up; it outlives
+    # the command, is adopted by us (subreaper) and becomes our zombie when it exits.
+    result = run_command(
+        sh("setsid bash -c 'echo gc $$; exec sleep 0.3' & sleep 0.1"),
+        b"",
+        ENV,
+        on_stdout_line=lines,
+    )
+    assert result.exit_code == 0
+    [daemon] = lines.procs
+    wait_until(
+        lambda: daemon.pid in {z.pid for z in our_zombies()},
+        timeout=10,
+        message="the orphaned daemon to exit and become our zombie",
+    )
+    assert reap_orphans() >= 1
+    assert_gone(daemon)
+
+
+def test_reap_orphans_leaves_a_running_commands_status_alone(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+
+    def on_line(line: bytes) -> None:
+        # Runs inside run_command's loop, so it cannot reap the command meanwhile: let the
+        # command exit, wait until it is a zombie, and try to steal it.
+        command = psutil.Process(int(line.split()[1]))
+        go.touch()
+        wait_until(lambda: command.status() == psutil.STATUS_ZOMBIE, timeout=10)
+        assert reap_orphans() == 0
+
+    script = f"echo gc $$; while [ ! -e {go} ]; do sleep 0.01; done; exit 7"
+    result = run_command(sh(script), b"", ENV, on_stdout_line=on_line)
+    assert result.exit_code == 7
 
 
 # -- OutputStream (pure) ------------------------------------------------------------------

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from cmdstalk_py.process.kill import TreeKiller, group_exists
+from cmdstalk_py.process.orphans import spawn_tracked, untrack
 from cmdstalk_py.process.output import OutputStream
 from cmdstalk_py.process.result import KillReason, ProcessResult
-from cmdstalk_py.process.spawn import Spawned, describe_spawn_error, spawn
+from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
 _READ_SIZE = 65536
@@ -70,7 +71,7 @@ def run_command(
     """
     started = time.monotonic()
     try:
-        child = spawn(argv, env)
+        child = spawn_tracked(argv, env)
     except (OSError, ValueError) as exc:
         return ProcessResult(
             exit_code=None,
@@ -260,6 +261,7 @@ class _Run:
             _, self.status = os.waitpid(self.pid, 0)
         except ChildProcessError:
             self.status = None  # someone else reaped it (a waitpid(-1) elsewhere)
+        untrack(self.pid)
         self.ended = time.monotonic()
         self.reaped = True
         self.poller.unregister(self.pidfd)
@@ -329,6 +331,7 @@ class _Run:
                 os.killpg(self.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
+            untrack(self.pid)
             self.reaped = True
         for fd in (self.stdin, self.pidfd, *self.streams):
             if fd is not None and fd >= 0:

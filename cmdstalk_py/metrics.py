@@ -80,7 +80,9 @@ class QueueStatsPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.refresh()
-            self._stop.wait(self._interval)
+            # At start-up the dispatcher may not know its tubes yet: look again soon rather
+            # than show no queue gauges for a whole interval.
+            self._stop.wait(self._interval if self._shown else min(self._interval, 0.5))
         self._disconnect()
 
     def _connect(self) -> Any:

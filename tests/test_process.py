@@ -220,7 +220,9 @@ def test_program_not_on_path_and_not_executable(tmp_path: Path) -> None:
     not_executable.chmod(0o644)
     error = run_command([str(not_executable)], b"", ENV).spawn_error
     assert error == f"Permission denied: {not_executable}"
-    assert run_command([], b"", ENV).spawn_error is not None
+    assert run_command([], b"", ENV).spawn_error == "empty command"
+    bad_env = run_command(["/bin/true"], b"", {"A": "nul\0byte"}).spawn_error
+    assert bad_env == "embedded null byte: /bin/true"
 
 
 # -- killing ----------------------------------------------------------------------------

@@ -48,7 +48,13 @@ def set_child_subreaper(enabled: bool = True) -> bool:
 
 
 def group_exists(pgid: int) -> bool:
-    """True while any process (zombies included) is in process group ``pgid``."""
+    """True while any process (zombies included) is in process group ``pgid``.
+
+    Called after the leader is reaped. The kernel keeps a pid allocated while any process
+    still uses it as its group id, so ``pgid`` cannot name a newer group until this one is
+    empty; every signal to the group is preceded by this check, which leaves only a
+    microseconds-wide window in which the pid space would have to wrap around.
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -69,6 +69,9 @@ def run_command(
     does not raise for that. If a line callback raises, the command is killed, reaped and
     the exception propagates.
     """
+    # Built before spawning: bad arguments raise here, with no child to clean up.
+    out = OutputStream(tail_bytes, on_stdout_line, max_line_bytes)
+    err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes)
     started = time.monotonic()
     try:
         child = spawn_tracked(argv, env)
@@ -86,8 +89,8 @@ def run_command(
         child,
         payload,
         started,
-        OutputStream(tail_bytes, on_stdout_line, max_line_bytes),
-        OutputStream(tail_bytes, on_stderr_line, max_line_bytes),
+        out,
+        err,
         deadline,
         grace,
         stop,
@@ -141,12 +144,14 @@ class _Run:
         self.kill_at: float | None = None  # when SIGTERM escalates to SIGKILL
         self.hard = False  # SIGKILL sent
         self.poller = select.poll()
-        self.pidfd = os.pidfd_open(child.pid)
+        self.pidfd = -1  # opened in execute(), so close() cleans up if that fails
 
     # -- the loop ---------------------------------------------------------------------
 
     def execute(self, reap_group: bool) -> ProcessResult:
         poller = self.poller
+        # The pidfd becomes readable when the process exits, whoever holds its pipes.
+        self.pidfd = os.pidfd_open(self.pid)
         poller.register(self.pidfd, _POLLIN)
         for fd in self.streams:
             poller.register(fd, _POLLIN)

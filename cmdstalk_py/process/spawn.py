@@ -100,7 +100,9 @@ def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
 
 def describe_spawn_error(exc: BaseException, argv: Sequence[str]) -> str:
     """One line for a command that could not start, e.g. ``No such file or directory: /bin/x``."""
-    program = argv[0] if argv else "<empty command>"
+    if not argv:
+        return "empty command"
+    program = argv[0]
     if isinstance(exc, OSError) and exc.errno is not None:
         return f"{os.strerror(exc.errno)}: {program}"
     return f"{exc}: {program}"

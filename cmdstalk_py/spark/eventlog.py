@@ -1,0 +1,108 @@
+"""Reading the supervisor's event log (schema v1) into Spark with a fixed schema.
+
+The schema is the contract in the README's "Event log" section (cmdstalk_py/events.py writes
+it). It is never inferred: inference over thousands of files is slow, and a log whose first
+lines happen to have only null exit codes would infer the wrong type. Lines that are not
+valid JSON objects, or carry another schema version, are counted and left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SCHEMA_VERSION = 1
+CORRUPT = "_corrupt_record"
+# Outcome words, as cmdstalk_py.results.Outcome spells them.
+DELETED = "deleted"
+RELEASED = "released"
+BURIED = ("buried", "precheck_buried")
+TIMEOUT = "timeout_buried"
+SHUTDOWN_RELEASED = "shutdown_released"
+LOST = "lost"
+
+EVENT_SCHEMA = StructType(
+    [
+        StructField("schema", IntegerType()),
+        StructField("start", StringType()),
+        StructField("end", StringType()),
+        StructField("duration_ms", DoubleType()),
+        StructField("hostname", StringType()),
+        StructField("pid", LongType()),
+        StructField("tube", StringType()),
+        StructField("slot", IntegerType()),
+        StructField("job_id", LongType()),
+        StructField("priority", LongType()),
+        StructField("ttr", LongType()),
+        StructField("releases", LongType()),
+        StructField("timeouts", LongType()),
+        StructField("reserves", LongType()),
+        StructField("age_s", LongType()),
+        StructField("payload_bytes", LongType()),
+        StructField("outcome", StringType()),
+        StructField("exit_code", IntegerType()),
+        StructField("signal", StringType()),
+        StructField("release_delay", LongType()),
+        StructField("stdout_tail", StringType()),
+        StructField("stderr_tail", StringType()),
+        StructField("error", StringType()),
+    ]
+)
+
+_TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSX"
+
+
+@dataclass
+class EventLogData:
+    """A read event log: good ``events`` and ``rejected`` lines, both over one cached scan."""
+
+    events: DataFrame
+    rejected: DataFrame
+    raw: DataFrame
+
+    def release(self) -> None:
+        """Drop the cached scan."""
+        self.raw.unpersist()
+
+
+def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
+    """Parse JSON-lines event logs (globs allowed) with the fixed schema.
+
+    ``events`` has the schema-v1 columns plus ``start_ts`` / ``end_ts`` (UTC timestamps)
+    and ``date`` (of start); ``rejected`` has one column, ``line``: the lines that were
+    malformed, had another schema version, or no parseable start time or tube.
+    """
+    with_corrupt = StructType([*EVENT_SCHEMA.fields, StructField(CORRUPT, StringType())])
+    raw = (
+        spark.read.schema(with_corrupt)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(paths)
+        .withColumn("start_ts", F.try_to_timestamp(F.col("start"), F.lit(_TS_FORMAT)))
+        .withColumn("end_ts", F.try_to_timestamp(F.col("end"), F.lit(_TS_FORMAT)))
+        .cache()  # Spark refuses queries on the corrupt-record column of uncached JSON
+    )
+    good = (
+        F.col(CORRUPT).isNull()
+        & (F.col("schema") == SCHEMA_VERSION)
+        & F.col("start_ts").isNotNull()
+        & F.col("tube").isNotNull()
+    )
+    events = raw.where(good).drop(CORRUPT).withColumn("date", F.to_date("start_ts"))
+    rejected = raw.where(~good | good.isNull()).select(
+        F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*EVENT_SCHEMA.names))).alias("line")
+    )
+    return EventLogData(events, rejected, raw)

@@ -1,0 +1,256 @@
+"""Per tube and time window metrics over event logs, and the files ``cmdstalk-spark report``
+writes: Parquet (partitioned by tube and date), CSV summaries, an HTML page with charts.
+
+Rates are fractions of the jobs that finished in the window (by start time): ``success``
+(deleted), ``release`` (released for a retry), ``bury`` (buried by the exit code or the
+release limit, or before running), ``timeout`` (killed at the TTR and buried), ``lost``
+(the server took the job back) and ``shutdown`` (released by a supervisor shutdown); they
+add up to 1. Durations and queue ages are ``percentile_approx`` with accuracy
+``PERCENTILE_ACCURACY``: the value returned for percentile p has a rank within
+``n / PERCENTILE_ACCURACY`` of ``p·n`` among the n jobs of its window (exact below
+10,000 jobs per window and tube).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window as SparkWindow
+
+from cmdstalk_py.spark import eventlog as ev
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from cmdstalk_py.spark.progress import Progress
+
+PERCENTILE_ACCURACY = 10_000
+TOP_FAILURES = 3
+_UNITS = {"s": (1, "seconds"), "m": (60, "minutes"), "h": (3600, "hours"), "d": (86400, "days")}
+
+
+@dataclass(frozen=True)
+class WindowSize:
+    """A report window: its length in seconds, as a Spark interval string, and as given."""
+
+    seconds: int
+    interval: str
+    label: str
+
+
+def parse_window(text: str) -> WindowSize:
+    """``"90s"``, ``"15m"``, ``"1h"``, ``"1d"`` → WindowSize; ValueError otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text.lower())
+    if not match or int(match.group(1)) == 0:
+        raise ValueError(f"bad window {text!r}: use a positive number and s/m/h/d, e.g. 1h")
+    n, unit = int(match.group(1)), match.group(2)
+    factor, name = _UNITS[unit]
+    return WindowSize(n * factor, f"{n} {name}", f"{n}{unit}")
+
+
+def _count(cond: Column) -> Column:
+    return F.sum(F.when(cond, 1).otherwise(0))
+
+
+def _outcome_aggs() -> list[Column]:
+    outcome = F.col("outcome")
+    pct = [0.5, 0.9, 0.99]
+    return [
+        F.count(F.lit(1)).alias("jobs"),
+        _count(outcome == ev.DELETED).alias("n_success"),
+        _count(outcome == ev.RELEASED).alias("n_release"),
+        _count(outcome.isin(*ev.BURIED)).alias("n_bury"),
+        _count(outcome == ev.TIMEOUT).alias("n_timeout"),
+        _count(outcome == ev.LOST).alias("n_lost"),
+        _count(outcome == ev.SHUTDOWN_RELEASED).alias("n_shutdown"),
+        F.percentile_approx("duration_ms", pct, PERCENTILE_ACCURACY).alias("_dur"),
+        F.percentile_approx("age_s", pct, PERCENTILE_ACCURACY).alias("_age"),
+        F.avg("age_s").alias("age_avg_s"),
+        F.max("age_s").alias("age_max_s"),
+        F.countDistinct("hostname").alias("hosts"),
+    ]
+
+
+def _finish(df: DataFrame) -> DataFrame:
+    """Turn counts into rates and unpack the percentile arrays."""
+    out = df
+    for name in ("success", "release", "bury", "timeout", "lost", "shutdown"):
+        out = out.withColumn(f"{name}_rate", F.col(f"n_{name}") / F.col("jobs"))
+    for i, p in enumerate(("p50", "p90", "p99")):
+        out = out.withColumn(f"duration_{p}_ms", F.col("_dur")[i])
+        out = out.withColumn(f"age_{p}_s", F.col("_age")[i])
+    return out.drop("_dur", "_age")
+
+
+def _failure_key() -> Column:
+    # A failing run is a non-zero exit or death by a signal (exit_code is null then).
+    return (
+        F.when(F.col("signal").isNotNull(), F.col("signal"))
+        .when(F.col("exit_code") != 0, F.concat(F.lit("exit "), F.col("exit_code")))
+        .otherwise(F.lit(None))
+    )
+
+
+def _top_failures(events: DataFrame, keys: list[str]) -> DataFrame:
+    """Per ``keys`` group: the most frequent failures as ``"exit 2 ×17, SIGKILL ×3"``."""
+    counted = (
+        events.withColumn("failure", _failure_key())
+        .where(F.col("failure").isNotNull())
+        .groupBy(*keys, "failure")
+        .count()
+    )
+    rank = F.row_number().over(
+        SparkWindow.partitionBy(*keys).orderBy(F.desc("count"), F.asc("failure"))
+    )
+    top = counted.withColumn("rank", rank).where(F.col("rank") <= TOP_FAILURES)
+    listed = F.array_sort(F.collect_list(F.struct("rank", "failure", "count")))
+    text = F.transform(listed, lambda s: F.concat(s["failure"], F.lit(" ×"), s["count"]))
+    return top.groupBy(*keys).agg(F.array_join(text, ", ").alias("top_failures"))
+
+
+def window_metrics(events: DataFrame, window: WindowSize) -> DataFrame:
+    """One row per tube and window (by job start) with counts, rates and percentiles."""
+    keyed = events.withColumn("_w", F.window("start_ts", window.interval))
+    keys = ["tube", "_w"]
+    metrics = _finish(keyed.groupBy(*keys).agg(*_outcome_aggs()))
+    metrics = metrics.join(_top_failures(keyed, keys), keys, "left")
+    rest = [c for c in metrics.columns if c not in keys]
+    return (
+        metrics.select(
+            "tube",
+            F.col("_w.start").alias("window_start"),
+            F.col("_w.end").alias("window_end"),
+            F.to_date(F.col("_w.start")).alias("date"),
+            *rest,
+        )
+        .withColumn("jobs_per_s", F.col("jobs") / F.lit(float(window.seconds)))
+        .withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
+    )
+
+
+def tube_totals(events: DataFrame) -> DataFrame:
+    """One row per tube over the whole log; jobs/s over first start to last end."""
+    metrics = _finish(
+        events.groupBy("tube").agg(
+            *_outcome_aggs(),
+            F.min("start_ts").alias("first_start"),
+            F.max("end_ts").alias("last_end"),
+        )
+    )
+    span = F.unix_micros(F.col("last_end")) - F.unix_micros(F.col("first_start"))
+    return (
+        metrics.join(_top_failures(events, ["tube"]), ["tube"], "left")
+        .withColumn(
+            "jobs_per_s",
+            F.when(span > 0, F.col("jobs") / (span / F.lit(1e6))).otherwise(F.lit(None)),
+        )
+        .withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
+    )
+
+
+SUMMARY_COLUMNS = [
+    "tube",
+    "window_start",
+    "window_end",
+    "jobs",
+    "jobs_per_s",
+    "success_rate",
+    "release_rate",
+    "bury_rate",
+    "timeout_rate",
+    "lost_rate",
+    "shutdown_rate",
+    "duration_p50_ms",
+    "duration_p90_ms",
+    "duration_p99_ms",
+    "age_avg_s",
+    "age_p50_s",
+    "age_p90_s",
+    "age_max_s",
+    "hosts",
+    "top_failures",
+]
+TOTAL_COLUMNS = ["tube", "first_start", "last_end", *SUMMARY_COLUMNS[3:]]
+
+
+@dataclass
+class ReportFiles:
+    """Where a report went, and what it covered."""
+
+    out: Path
+    events: int
+    rejected: int
+    tubes: int
+    windows: int
+    html: Path
+    summary_csv: Path
+    tubes_csv: Path
+
+
+def build_report(
+    spark: SparkSession,
+    events_paths: str | list[str],
+    out: str | Path,
+    window: WindowSize,
+    progress: Progress | None = None,
+) -> ReportFiles:
+    """Read the event logs, compute the metrics, write every output under ``out``.
+
+    ``out/events`` and ``out/windows`` are Parquet datasets partitioned by ``tube`` and
+    ``date`` (replaced if present), ``summary.csv`` has one line per tube and window,
+    ``tubes.csv`` one per tube, and ``report.html`` shows both with a chart per tube from
+    ``charts/``.
+    """
+    from cmdstalk_py.spark.charts import write_html
+
+    say = progress.step if progress is not None else (lambda message: None)
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(f"reading event logs {events_paths}")
+    log = ev.read_events(spark, events_paths)
+    events, rejected = log.events, log.rejected
+    n_events = events.count()
+    n_rejected = rejected.count()
+    say(f"{n_events} events, {n_rejected} lines rejected")
+    say("writing events Parquet (partitioned by tube, date)")
+    events.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "events"))
+    say(f"computing {window.label} windows per tube")
+    windows = window_metrics(events, window).cache()
+    windows.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "windows"))
+    # Small tables (tubes x windows): pandas from here on. Typed Any: pandas has no stubs.
+    windows_pdf: Any = windows.select(*SUMMARY_COLUMNS).orderBy("tube", "window_start").toPandas()
+    totals_pdf: Any = tube_totals(events).select(*TOTAL_COLUMNS).orderBy("tube").toPandas()
+    summary_csv = out_dir / "summary.csv"
+    tubes_csv = out_dir / "tubes.csv"
+    windows_pdf.to_csv(summary_csv, index=False)
+    totals_pdf.to_csv(tubes_csv, index=False)
+    say("drawing charts and writing report.html")
+    html = write_html(
+        out_dir,
+        windows_pdf,
+        totals_pdf,
+        title=f"cmdstalk report ({window.label} windows)",
+        notes=[
+            f"{n_events} events from {events_paths}; {n_rejected} lines rejected "
+            "(malformed, another schema version, or no start time).",
+            "Percentiles are approximate: the value shown for percentile p ranks within "
+            f"n/{PERCENTILE_ACCURACY} of p·n among the window's n jobs.",
+        ],
+    )
+    windows.unpersist()
+    log.release()
+    return ReportFiles(
+        out=out_dir,
+        events=n_events,
+        rejected=n_rejected,
+        tubes=len(totals_pdf),
+        windows=len(windows_pdf),
+        html=html,
+        summary_csv=summary_csv,
+        tubes_csv=tubes_csv,
+    )

@@ -1,0 +1,167 @@
+"""`cmdstalk-spark report` on synthetic event logs with known answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from click.testing import CliRunner
+
+from cmdstalk_py.events import encode_line, event_record
+from cmdstalk_py.results import JobResult, Outcome
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+T10 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC).timestamp()
+T11 = T10 + 3600
+
+
+def result(
+    tube: str, i: int, start: float, duration_ms: int, outcome: Outcome, **kw: Any
+) -> JobResult:
+    return JobResult(
+        job_id=i,
+        tube=tube,
+        slot=i % 3,
+        outcome=outcome,
+        started_at=start,
+        ended_at=start + duration_ms / 1000,
+        priority=1024,
+        ttr=60,
+        releases=0,
+        timeouts=0,
+        reserves=1,
+        age_s=kw.pop("age_s", 0),
+        payload_bytes=10,
+        **kw,
+    )
+
+
+def alpha_10h() -> list[JobResult]:
+    """12,000 jobs in 10:00-11:00 with distinct durations 1..12000 ms in random order."""
+    durations = list(range(1, 12_001))
+    random.Random(7).shuffle(durations)
+    plan = (
+        [(Outcome.DELETED, {"exit_code": 0})] * 9000
+        + [(Outcome.RELEASED, {"exit_code": 1, "release_delay": 1})] * 1000
+        + [(Outcome.RELEASED, {"exit_code": 3, "release_delay": 1})] * 500
+        + [(Outcome.BURIED, {"exit_code": 2})] * 700
+        + [(Outcome.PRECHECK_BURIED, {})] * 300
+        + [(Outcome.TIMEOUT_BURIED, {"signal": 9})] * 400
+        + [(Outcome.LOST, {"error": "NOT_FOUND"})] * 100
+    )
+    return [
+        result("alpha", i, T10 + i * 0.25, durations[i], outcome, age_s=i % 100, **extra)
+        for i, (outcome, extra) in enumerate(plan)
+    ]
+
+
+def write_logs(tmp: Path) -> Path:
+    logs = tmp / "logs"
+    logs.mkdir()
+    alpha = alpha_10h()
+    late = [
+        result("alpha", 20_000 + i, T11 + i, i + 1, Outcome.DELETED, exit_code=0)
+        for i in range(100)
+    ]
+    beta = [
+        result(
+            "beta/x",
+            30_000 + i,
+            T10 + 60 + i,
+            5,
+            Outcome.DELETED if i % 2 else Outcome.SHUTDOWN_RELEASED,
+            exit_code=0 if i % 2 else None,
+            signal=None if i % 2 else 15,
+        )
+        for i in range(50)
+    ]
+    everything = alpha + late + beta
+    # Two supervisors on two hosts, each with its own file.
+    for host, part in (("h1", everything[0::2]), ("h2", everything[1::2])):
+        lines = b"".join(encode_line(event_record(r, host, 100)) for r in part)
+        (logs / f"{host}.jsonl").write_bytes(lines)
+    (logs / "junk.jsonl").write_bytes(
+        b'not json\n{"schema": 1, "tube": "alpha", "start": "yesterday"}\n'
+        + encode_line({**event_record(alpha[0], "h3", 1), "schema": 2})
+    )
+    return logs
+
+
+def test_report_counts_rates_and_percentiles(spark: SparkSession, tmp_path: Path) -> None:
+    import pandas as pd
+
+    from cmdstalk_py.spark.cli import main
+    from cmdstalk_py.spark.report import PERCENTILE_ACCURACY
+
+    logs = write_logs(tmp_path)
+    out = tmp_path / "report"
+    run = CliRunner().invoke(
+        main, ["report", "--events", str(logs / "*.jsonl"), "--out", str(out), "--window", "1h"]
+    )
+    assert run.exit_code == 0, run.output
+    assert "12150 events (3 rejected), 2 tubes, 3 windows" in run.output
+    assert "reading event logs" in run.output  # progress lines
+
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["tube"]) == ["alpha", "alpha", "beta/x"]
+    a10, a11, beta = (summary.iloc[i] for i in range(3))
+    assert a10["window_start"].startswith("2026-11-21 10:00:00")
+    assert a10["jobs"] == 12_000 and a10["hosts"] == 2
+    assert a10["jobs_per_s"] == pytest.approx(12_000 / 3600)
+    assert a10["success_rate"] == pytest.approx(9000 / 12_000)
+    assert a10["release_rate"] == pytest.approx(1500 / 12_000)
+    assert a10["bury_rate"] == pytest.approx(1000 / 12_000)
+    assert a10["timeout_rate"] == pytest.approx(400 / 12_000)
+    assert a10["lost_rate"] == pytest.approx(100 / 12_000)
+    assert a10["top_failures"] == "exit 1 ×1000, exit 2 ×700, exit 3 ×500"
+    assert a10["age_avg_s"] == pytest.approx(49.5) and a10["age_max_s"] == 99
+    # Durations are 1..n ms, so a value's rank is the value itself.
+    n = 12_000
+    for p, column in (
+        (0.5, "duration_p50_ms"),
+        (0.9, "duration_p90_ms"),
+        (0.99, "duration_p99_ms"),
+    ):
+        rank = round(a10[column])
+        assert abs(rank - math.ceil(p * n)) <= n / PERCENTILE_ACCURACY + 1, (column, rank)
+    # Under 10,000 jobs a window's percentiles are exact.
+    assert a11["jobs"] == 100 and a11["success_rate"] == 1.0 and pd.isna(a11["top_failures"])
+    assert [round(a11[c]) for c in ("duration_p50_ms", "duration_p90_ms", "duration_p99_ms")] == [
+        50,
+        90,
+        99,
+    ]
+    assert beta["jobs"] == 50 and beta["shutdown_rate"] == pytest.approx(0.5)
+    assert beta["top_failures"] == "SIGTERM ×25"
+
+    tubes = pd.read_csv(out / "tubes.csv")
+    assert dict(zip(tubes["tube"], tubes["jobs"], strict=True)) == {"alpha": 12_100, "beta/x": 50}
+
+    events = spark.read.parquet(str(out / "events"))
+    assert events.count() == 12_150
+    assert (out / "events" / "tube=alpha" / "date=2026-11-21").is_dir()
+    assert spark.read.parquet(str(out / "windows")).count() == 3
+    page = (out / "report.html").read_text()
+    pngs = sorted((out / "charts").glob("*.png"))
+    assert len(pngs) == 2 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    for png in pngs:
+        assert f'src="charts/{png.name}"' in page
+    assert "Tube beta/x" in page and "exit 1 ×1000" in page
+
+
+def test_window_parsing() -> None:
+    from cmdstalk_py.spark.report import WindowSize, parse_window
+
+    assert parse_window("1h") == WindowSize(3600, "1 hours", "1h")
+    assert parse_window("15m").seconds == 900 and parse_window("2d").seconds == 172_800
+    for bad in ("", "0h", "1w", "h", "-1h"):
+        with pytest.raises(ValueError):
+            parse_window(bad)

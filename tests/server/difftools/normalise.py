@@ -36,8 +36,10 @@ class IdBook:
     """Raw job ids in order of first appearance."""
 
     order: list[int] = field(default_factory=list)
+    last: int | None = None  # the id most recently seen, first appearance or not
 
     def label(self, raw: int) -> str:
+        self.last = raw
         if raw not in self.order:
             self.order.append(raw)
         return f"#{self.order.index(raw) + 1}"

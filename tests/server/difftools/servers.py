@@ -19,7 +19,6 @@ import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import psutil
 
@@ -104,15 +103,6 @@ def real_beanstalkd(max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Iterator[Target
     raise RuntimeError("could not start beanstalkd on a free port")
 
 
-def _bundled_drain(srv: Any) -> Callable[[], None] | None:
-    # The bundled server's programmatic drain switch, if it offers one.
-    for name in ("drain", "start_draining", "set_draining", "enter_drain_mode"):
-        fn = getattr(srv, name, None)
-        if callable(fn):
-            return fn  # type: ignore[no-any-return]
-    return None
-
-
 @contextmanager
 def bundled_server(max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Iterator[Target]:
     """The bundled ``EmbeddedServer`` on 127.0.0.1, port 0."""
@@ -122,7 +112,7 @@ def bundled_server(max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Iterator[Target]
 
     with EmbeddedServer(host="127.0.0.1", port=0, max_job_size=max_job_size) as srv:
         host, port = srv.address
-        yield Target("bundled", host, port, _bundled_drain(srv))
+        yield Target("bundled", host, port, srv.drain)
 
 
 def start(kind: str, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> AbstractContextManager[Target]:

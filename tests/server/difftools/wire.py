@@ -100,14 +100,17 @@ class Conn:
         self._buf = b""
         self.eof = False
 
-    def send(self, data: bytes) -> None:
-        """Send all of ``data`` (blocking until the kernel took it)."""
+    def send(self, data: bytes) -> bool:
+        """Send all of ``data``; False if the server had already closed the connection."""
         self.sock.setblocking(True)
         self.sock.settimeout(30)
         try:
             self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            return False
         finally:
             self.sock.setblocking(False)
+        return True
 
     def half_close(self) -> None:
         self.sock.shutdown(socket.SHUT_WR)

@@ -205,6 +205,9 @@ class Broker:
         self._observer.reserve_waited(self.tube, reserved_at - self._idle_since)
         try:
             result = self._handle(client, job, reserved_at, started_at)
+        except BaseException:
+            self._budget.give_back()  # the job goes back to the server with the connection
+            raise
         finally:
             self._idle_since = time.monotonic()
         self._budget.finish()

@@ -8,11 +8,8 @@ bundled server around a ``Supervisor``. Every option can also come from ``CMDSTA
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -29,8 +26,7 @@ from cmdstalk_py.config import (
     parse_tubes,
     validate_cmd,
 )
-
-log = logging.getLogger("cmdstalk")
+from cmdstalk_py.serve import Extras, serve
 
 T = TypeVar("T")
 
@@ -47,18 +43,6 @@ def _parsed(parse: Callable[[Any], T]) -> Callable[[click.Context, click.Paramet
     return callback
 
 
-@dataclass(frozen=True)
-class Extras:
-    """Options that wire things around the supervisor rather than configure brokers."""
-
-    embedded: bool = False
-    embedded_max_job_size: int | None = None
-    log_format: str = "text"
-    log_level: str = "INFO"
-    events: str | None = None
-    metrics: str | None = None
-
-
 def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(*decls, envvar=f"CMDSTALK_{env}", show_envvar=True, **kw)
 
@@ -68,53 +52,189 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     epilog="Go cmdstalk spellings work too: -address=HOST:PORT -all -cmd=CMD -per-tube=N "
     "-tubes=a,b.",
 )
-@_option("--address", env="ADDRESS", default=DEFAULT_ADDRESS, show_default=True,
-         callback=_parsed(parse_address), help="beanstalkd server, HOST:PORT.")
-@_option("--all/--no-all", "all_tubes", env="ALL", default=False,
-         help="Serve every tube, including tubes created later (polls list-tubes).")
-@_option("--cmd", env="CMD", required=True, callback=_parsed(validate_cmd),
-         help="Command run for each job, with the payload on its stdin.")
-@_option("--per-tube", env="PER_TUBE", type=click.IntRange(min=1), default=1, show_default=True,
-         help="Brokers (concurrent jobs) per tube.")
-@_option("--tubes", env="TUBES", multiple=True, default=[DEFAULT_TUBE], show_default=True,
-         callback=_parsed(parse_tubes), help="Comma-separated tubes to serve (repeatable).")
-@_option("--discover-interval", env="DISCOVER_INTERVAL", type=click.FloatRange(min=0.05),
-         default=1.0, show_default=True, help="Seconds between tube discoveries with --all.")
-@_option("--max-releases", env="MAX_RELEASES", type=click.IntRange(min=1), default=10,
-         show_default=True, help="Bury a job at its Nth failure (it runs at most N times).")
-@_option("--max-timeouts", env="MAX_TIMEOUTS", type=click.IntRange(min=1), default=1,
-         show_default=True, help="Bury, unrun, a job that timed out on the server this often.")
-@_option("--backoff-exponent", env="BACKOFF_EXPONENT", type=click.FloatRange(min=0), default=4.0,
-         show_default=True, help="Release delay is releases**EXPONENT seconds.")
-@_option("--backoff-max", env="BACKOFF_MAX", type=click.IntRange(min=0), default=None,
-         help="Cap on the release delay, seconds (default: no cap).")
-@_option("--kill-grace", env="KILL_GRACE", type=click.FloatRange(min=0), default=2.0,
-         show_default=True, help="Seconds between SIGTERM and SIGKILL (less for short TTRs).")
-@_option("--ttr-margin", env="TTR_MARGIN", type=click.FloatRange(min=0), default=1.0,
-         show_default=True, help="A job is killed this long before its TTR (at most TTR/4).")
-@_option("--shell", env="SHELL", default=DEFAULT_SHELL, show_default=True,
-         callback=_parsed(parse_shell), help="Shell that runs --cmd (the command is its last "
-         "argument).")
-@_option("--bury-exit-codes", env="BURY_EXIT_CODES", default="", callback=_parsed(parse_exit_codes),
-         help="Comma-separated exit codes that bury the job at once (permanent failure).")
-@_option("--max-jobs", env="MAX_JOBS", type=click.IntRange(min=1), default=None,
-         help="Exit 0 after this many jobs.")
-@_option("--shutdown-timeout", env="SHUTDOWN_TIMEOUT", type=click.FloatRange(min=0),
-         default=None, help="On SIGTERM, kill and release jobs still running after this many "
-         "seconds (default: let each run to its TTR deadline).")
-@_option("--embedded/--no-embedded", env="EMBEDDED", default=False,
-         help="Start the bundled beanstalkd-compatible server in-process on --address.")
-@_option("--embedded-max-job-size", env="EMBEDDED_MAX_JOB_SIZE", type=click.IntRange(min=1),
-         default=None, help="Max job size of the --embedded server, bytes.")
-@_option("--log-format", env="LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
-         show_default=True, help="Log line format on stderr.")
-@_option("--log-level", env="LOG_LEVEL", default="INFO", show_default=True,
-         type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                           case_sensitive=False), help="Least severe level logged.")
-@_option("--events", env="EVENTS", default=None, metavar="PATH",
-         help="Append one JSON line per finished job to PATH ('-' for stdout).")
-@_option("--metrics", env="METRICS", default=None, metavar="HOST:PORT",
-         help="Serve Prometheus metrics on HOST:PORT.")
+@_option(
+    "--address",
+    env="ADDRESS",
+    metavar="HOST:PORT",
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    callback=_parsed(parse_address),
+    help="beanstalkd server, HOST:PORT.",
+)
+@_option(
+    "--all/--no-all",
+    "all_tubes",
+    env="ALL",
+    default=False,
+    help="Serve every tube, including tubes created later (polls list-tubes).",
+)
+@_option(
+    "--cmd",
+    env="CMD",
+    metavar="CMD",
+    required=True,
+    callback=_parsed(validate_cmd),
+    help="Command run for each job, with the payload on its stdin.",
+)
+@_option(
+    "--per-tube",
+    env="PER_TUBE",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Brokers (concurrent jobs) per tube.",
+)
+@_option(
+    "--tubes",
+    env="TUBES",
+    metavar="TUBE[,TUBE...]",
+    multiple=True,
+    default=[DEFAULT_TUBE],
+    show_default=True,
+    callback=_parsed(parse_tubes),
+    help="Comma-separated tubes to serve (repeatable).",
+)
+@_option(
+    "--discover-interval",
+    env="DISCOVER_INTERVAL",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between tube discoveries with --all.",
+)
+@_option(
+    "--max-releases",
+    env="MAX_RELEASES",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Bury a job at its Nth failure (it runs at most N times).",
+)
+@_option(
+    "--max-timeouts",
+    env="MAX_TIMEOUTS",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Bury, unrun, a job that timed out on the server this often.",
+)
+@_option(
+    "--backoff-exponent",
+    env="BACKOFF_EXPONENT",
+    metavar="X",
+    type=click.FloatRange(min=0),
+    default=4.0,
+    show_default=True,
+    help="Release delay is releases**X seconds.",
+)
+@_option(
+    "--backoff-max",
+    env="BACKOFF_MAX",
+    metavar="SECONDS",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Cap on the release delay, seconds (default: no cap).",
+)
+@_option(
+    "--kill-grace",
+    env="KILL_GRACE",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL (less for short TTRs).",
+)
+@_option(
+    "--ttr-margin",
+    env="TTR_MARGIN",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="A job is killed this long before its TTR (at most TTR/4).",
+)
+@_option(
+    "--shell",
+    env="SHELL",
+    metavar="WORDS",
+    default=DEFAULT_SHELL,
+    show_default=True,
+    callback=_parsed(parse_shell),
+    help="Shell that runs --cmd (the command is its last argument).",
+)
+@_option(
+    "--bury-exit-codes",
+    env="BURY_EXIT_CODES",
+    metavar="CODE[,CODE...]",
+    default="",
+    callback=_parsed(parse_exit_codes),
+    help="Comma-separated exit codes that bury the job at once (permanent failure).",
+)
+@_option(
+    "--max-jobs",
+    env="MAX_JOBS",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Exit 0 after this many jobs.",
+)
+@_option(
+    "--shutdown-timeout",
+    env="SHUTDOWN_TIMEOUT",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="On SIGTERM, kill and release jobs still running after this many "
+    "seconds (default: let each run to its TTR deadline).",
+)
+@_option(
+    "--embedded/--no-embedded",
+    env="EMBEDDED",
+    default=False,
+    help="Start the bundled beanstalkd-compatible server in-process on --address.",
+)
+@_option(
+    "--embedded-max-job-size",
+    env="EMBEDDED_MAX_JOB_SIZE",
+    metavar="BYTES",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Max job size of the --embedded server, bytes.",
+)
+@_option(
+    "--log-format",
+    env="LOG_FORMAT",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log line format on stderr.",
+)
+@_option(
+    "--log-level",
+    env="LOG_LEVEL",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    help="Least severe level logged.",
+)
+@_option(
+    "--events",
+    env="EVENTS",
+    default=None,
+    metavar="PATH",
+    help="Append one JSON line per finished job to PATH ('-' for stdout).",
+)
+@_option(
+    "--metrics",
+    env="METRICS",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics on HOST:PORT.",
+)
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(
     address: tuple[str, int],
@@ -171,80 +291,6 @@ def command(
         metrics=metrics,
     )
     sys.exit(serve(config, extras))
-
-
-def serve(config: Config, extras: Extras) -> int:
-    """Run the supervisor with logging, observers and (optionally) the embedded server."""
-    from cmdstalk_py.logsetup import configure_logging
-    from cmdstalk_py.observe import Observers
-    from cmdstalk_py.supervisor import Supervisor
-
-    configure_logging(extras.log_format, extras.log_level)
-    observers = Observers()
-    on_hup: Callable[[], None] | None = None
-    if extras.events is not None:
-        from cmdstalk_py.events import EventLog
-
-        try:
-            eventlog = EventLog(extras.events)
-        except OSError as e:
-            raise click.BadParameter(
-                f"cannot open {extras.events}: {e}", param_hint="--events"
-            ) from None
-        observers.add(eventlog)
-        on_hup = eventlog.reopen
-    with _embedded_server(config, extras):
-        supervisor = Supervisor(config, observers, on_hup=on_hup)
-        if extras.metrics is not None:
-            from cmdstalk_py.metrics import start_metrics
-
-            try:
-                observers.add(
-                    start_metrics(extras.metrics, config.address, supervisor.dispatcher.tubes)
-                )
-            except (ValueError, OSError) as e:
-                raise click.BadParameter(str(e), param_hint="--metrics") from None
-        from cmdstalk_py.notify import SystemdNotifier
-        from cmdstalk_py.process import set_child_subreaper
-
-        # After the other observers: it removes NOTIFY_SOCKET from the environment that
-        # job commands inherit.
-        observers.add(SystemdNotifier())
-        # Grandchildren orphaned by a killed command become ours, so they are reaped.
-        set_child_subreaper()
-        log.info(
-            "cmdstalk %s: %s on %s, %d per tube, cmd %r",
-            __version__,
-            "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes),
-            config.address,
-            config.per_tube,
-            config.cmd,
-        )
-        return supervisor.run()
-
-
-@contextlib.contextmanager
-def _embedded_server(config: Config, extras: Extras) -> Iterator[None]:
-    if not extras.embedded:
-        yield
-        return
-    from cmdstalk_py.server.embedded import EmbeddedServer  # type: ignore[import-not-found,unused-ignore]
-
-    kwargs: dict[str, Any] = {}
-    if extras.embedded_max_job_size is not None:
-        kwargs["max_job_size"] = extras.embedded_max_job_size
-    server = EmbeddedServer(config.host, config.port, **kwargs)
-    try:
-        server.start()
-    except OSError as e:
-        raise click.ClickException(
-            f"cannot start the embedded server on {config.address}: {e}"
-        ) from None
-    try:
-        log.info("embedded server listening on %s", config.address)
-        yield
-    finally:
-        server.stop()
 
 
 def _option_names() -> tuple[list[str], list[str]]:

@@ -1,0 +1,105 @@
+"""Wiring around the supervisor: logging, observers, the embedded server, subreaping.
+
+``serve(config, extras)`` is what ``cmdstalk`` runs once its arguments are parsed: it sets
+up logging, the event log (reopened on SIGHUP), metrics and systemd notification as
+observers, starts the bundled server for ``--embedded``, and runs a ``Supervisor`` until it
+stops. Bad ``--events`` / ``--metrics`` values become click usage errors (exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from cmdstalk_py import __version__
+from cmdstalk_py.config import Config
+from cmdstalk_py.events import EventLog
+from cmdstalk_py.logsetup import configure_logging
+from cmdstalk_py.notify import SystemdNotifier
+from cmdstalk_py.observe import Observers
+from cmdstalk_py.process import set_child_subreaper
+from cmdstalk_py.supervisor import Supervisor
+
+log = logging.getLogger("cmdstalk")
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Options that wire things around the supervisor rather than configure brokers."""
+
+    embedded: bool = False
+    embedded_max_job_size: int | None = None
+    log_format: str = "text"
+    log_level: str = "INFO"
+    events: str | None = None
+    metrics: str | None = None
+
+
+def serve(config: Config, extras: Extras) -> int:
+    """Run the supervisor with logging, observers and (optionally) the embedded server."""
+    configure_logging(extras.log_format, extras.log_level)
+    observers = Observers()
+    on_hup: Callable[[], None] | None = None
+    if extras.events is not None:
+        try:
+            eventlog = EventLog(extras.events)
+        except OSError as e:
+            raise click.BadParameter(
+                f"cannot open {extras.events}: {e}", param_hint="--events"
+            ) from None
+        observers.add(eventlog)
+        on_hup = eventlog.reopen
+    with _embedded_server(config, extras):
+        supervisor = Supervisor(config, observers, on_hup=on_hup)
+        if extras.metrics is not None:
+            from cmdstalk_py.metrics import start_metrics  # imports prometheus_client
+
+            try:
+                observers.add(
+                    start_metrics(extras.metrics, config.address, supervisor.dispatcher.tubes)
+                )
+            except (ValueError, OSError) as e:
+                raise click.BadParameter(str(e), param_hint="--metrics") from None
+        # After the other observers: it removes NOTIFY_SOCKET from the environment that
+        # job commands inherit.
+        observers.add(SystemdNotifier())
+        # Grandchildren orphaned by a killed command become ours, so they are reaped.
+        set_child_subreaper()
+        log.info(
+            "cmdstalk %s: %s on %s, %d per tube, cmd %r",
+            __version__,
+            "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes),
+            config.address,
+            config.per_tube,
+            config.cmd,
+        )
+        return supervisor.run()
+
+
+@contextlib.contextmanager
+def _embedded_server(config: Config, extras: Extras) -> Iterator[None]:
+    if not extras.embedded:
+        yield
+        return
+    from cmdstalk_py.server.embedded import EmbeddedServer  # type: ignore[import-not-found,unused-ignore]
+
+    kwargs: dict[str, Any] = {}
+    if extras.embedded_max_job_size is not None:
+        kwargs["max_job_size"] = extras.embedded_max_job_size
+    server = EmbeddedServer(config.host, config.port, **kwargs)
+    try:
+        server.start()
+    except OSError as e:
+        raise click.ClickException(
+            f"cannot start the embedded server on {config.address}: {e}"
+        ) from None
+    try:
+        log.info("embedded server listening on %s", config.address)
+        yield
+    finally:
+        server.stop()

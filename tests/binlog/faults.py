@@ -96,7 +96,7 @@ class FaultyOps(RealFileOps):
     def power_cut(self, rng: random.Random) -> None:
         """Turn the directory into what a power loss could leave (call after ``kill``)."""
         names_now = set(os.listdir(self.directory))
-        for name in names_now | self.durable_names:
+        for name in sorted(names_now | self.durable_names):  # sorted: reproducible
             path = os.path.join(self.directory, name)
             exists = name in names_now
             in_dir = name in self.durable_names

@@ -9,14 +9,14 @@ from cmdstalk_py.server.binlog import Binlog, JobRecord, JobState
 T0 = 1_700_000_000.0  # wall-clock epoch used for created_at / deadlines
 
 
-def make_job(job_id: int, rng: random.Random, tube: str | None = None) -> JobRecord:
+def make_job(job_id: int, rng: random.Random, tube: bytes | None = None) -> JobRecord:
     """A job with random, binary-heavy content."""
     state = rng.choice(list(JobState))
     delay = rng.randint(1, 3600) if state is JobState.DELAYED else rng.choice([0, 0, 5])
     body_len = rng.choice([0, 1, 7, 100, 1000, rng.randint(0, 5000)])
     return JobRecord(
         id=job_id,
-        tube=tube or rng.choice(["default", "emails", "t-" + "x" * rng.randint(1, 190), "ü"]),
+        tube=tube or rng.choice([b"default", b"emails", b"t-" + b"x" * rng.randint(1, 190)]),
         body=rng.randbytes(body_len),
         pri=rng.choice([0, 1, 1023, 1024, 2**31, 2**32 - 1]),
         ttr=rng.choice([1, 60, 2**32 - 1]),

@@ -23,7 +23,7 @@ def test_recovery_of_a_million_jobs(tmp_path: Path) -> None:
     with Binlog(str(tmp_path), opts) as log:
         put, update = log.put, log.update
         for jid in range(1, N_JOBS + 1):
-            rec = JobRecord(jid, "default", body, 1024, 60, 0, JobState.READY, 1.7e9, 0.0)
+            rec = JobRecord(jid, b"default", body, 1024, 60, 0, JobState.READY, 1.7e9, 0.0)
             put(rec)
             if jid % 10 == 0:  # some jobs were released/buried along the way
                 update(rec._replace(state=JobState.BURIED, buries=1, reserves=1))

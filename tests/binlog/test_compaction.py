@@ -30,7 +30,7 @@ def test_fifo_drain_removes_segments_without_copying(tmp_path: Path) -> None:
     model = Model()
     with Binlog(str(tmp_path), SMALL, lookup=model.lookup) as log:
         for _ in range(200):
-            rec = make_job(model.next_id, rng, tube="t")._replace(body=rng.randbytes(50))
+            rec = make_job(model.next_id, rng, tube=b"t")._replace(body=rng.randbytes(50))
             log.put(rec)
             model.jobs[rec.id] = rec
             model.next_id += 1
@@ -54,12 +54,12 @@ def _pinned_log(path: Path, pinned: int = 12, churn: int = 400) -> Model:
     opts = BinlogOptions(fsync_ms=0, segment_size=2048)
     with Binlog(str(path), opts, lookup=model.lookup) as log:
         for _ in range(pinned):
-            rec = make_job(model.next_id, rng, tube="keep")._replace(body=rng.randbytes(60))
+            rec = make_job(model.next_id, rng, tube=b"keep")._replace(body=rng.randbytes(60))
             log.put(rec)
             model.jobs[rec.id] = rec
             model.next_id += 1
         for i in range(churn):
-            rec = make_job(model.next_id, rng, tube="churn")._replace(body=rng.randbytes(40))
+            rec = make_job(model.next_id, rng, tube=b"churn")._replace(body=rng.randbytes(40))
             log.put(rec)
             model.next_id += 1
             log.delete(rec.id)
@@ -93,13 +93,13 @@ def test_compaction_step_is_bounded(tmp_path: Path) -> None:
     opts = BinlogOptions(fsync_ms=None, segment_size=1 << 20, compact_budget=25)
     with Binlog(str(tmp_path), opts, lookup=model.lookup) as log:
         for jid in range(1, 3001):
-            rec = JobRecord(jid, "t", rng.randbytes(300), 1, 60, 0, JobState.READY, T0, 0.0)
+            rec = JobRecord(jid, b"t", rng.randbytes(300), 1, 60, 0, JobState.READY, T0, 0.0)
             log.put(rec)
             if jid % 3 == 0:
                 model.jobs[jid] = rec
             else:
                 log.delete(jid)
-        log.put(JobRecord(3001, "t", b"x" * (1 << 20), 1, 60, 0, JobState.READY, T0, 0.0))
+        log.put(JobRecord(3001, b"t", b"x" * (1 << 20), 1, 60, 0, JobState.READY, T0, 0.0))
         log.delete(3001)  # forces a new segment and makes the old ones mostly dead
         assert log.stats().segments >= 2
         written = log.stats().records_written

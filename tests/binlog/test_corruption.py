@@ -153,7 +153,7 @@ def _three_segments(path: Path) -> tuple[Model, list[bytes]]:
     model = Model()
     with Binlog(str(path), BinlogOptions(fsync_ms=None, segment_size=4096)) as log:
         for jid in range(1, 61):
-            rec = JobRecord(jid, "t", rng.randbytes(150), jid, 60, 0, JobState.READY, T0, 0.0)
+            rec = JobRecord(jid, b"t", rng.randbytes(150), jid, 60, 0, JobState.READY, T0, 0.0)
             log.put(rec)
             model.jobs[jid] = rec
             if jid % 7 == 0:

@@ -27,9 +27,9 @@ def test_empty_directory_starts_at_id_1(tmp_path: Path) -> None:
 
 
 def test_put_update_delete_round_trip(tmp_path: Path) -> None:
-    a = JobRecord(1, "default", b"hello", 100, 60, 0, JobState.READY, T0, 0.0)
-    b_ = JobRecord(2, "other", b"\x00\r\n\xff" * 3, 0, 1, 30, JobState.DELAYED, T0, T0 + 30)
-    c = JobRecord(3, "default", b"", 5, 5, 0, JobState.READY, T0 + 1, 0.0)
+    a = JobRecord(1, b"default", b"hello", 100, 60, 0, JobState.READY, T0, 0.0)
+    b_ = JobRecord(2, b"other", b"\x00\r\n\xff" * 3, 0, 1, 30, JobState.DELAYED, T0, T0 + 30)
+    c = JobRecord(3, b"default", b"", 5, 5, 0, JobState.READY, T0 + 1, 0.0)
     with reopen(tmp_path) as log:
         for rec in (a, b_, c):
             log.put(rec)
@@ -46,15 +46,15 @@ def test_put_update_delete_round_trip(tmp_path: Path) -> None:
 def test_restart_preserves_every_field(tmp_path: Path) -> None:
     """States, priorities, TTRs, binary bodies, wall-clock times and counters come back."""
     jobs = [
-        JobRecord(1, "default", bytes(range(256)), 0, 1, 0, JobState.READY, T0, 0.0,
+        JobRecord(1, b"default", bytes(range(256)), 0, 1, 0, JobState.READY, T0, 0.0,
                   reserves=3, timeouts=2, releases=1, buries=0, kicks=0),
-        JobRecord(2, "delayed", b"d", 2**32 - 1, 2**32 - 1, 3600, JobState.DELAYED,
+        JobRecord(2, b"delayed", b"d", 2**32 - 1, 2**32 - 1, 3600, JobState.DELAYED,
                   T0 + 0.123456, T0 + 3600.123456),
-        JobRecord(3, "buried", os.urandom(100_000), 1024, 120, 0, JobState.BURIED, T0, 0.0,
+        JobRecord(3, b"buried", os.urandom(100_000), 1024, 120, 0, JobState.BURIED, T0, 0.0,
                   reserves=1, buries=1, kicks=0),
-        JobRecord(4, "ü-tube_+;$()", b"\r\n", 1023, 60, 10, JobState.READY, T0, 0.0,
+        JobRecord(4, b"odd-tube_+;$()", b"\r\n", 1023, 60, 10, JobState.READY, T0, 0.0,
                   reserves=9, timeouts=9, releases=9, buries=9, kicks=9),
-        JobRecord(5, "big", b"\xab" * (1 << 20), 5, 5, 0, JobState.READY, T0, 0.0),
+        JobRecord(5, b"big", b"\xab" * (1 << 20), 5, 5, 0, JobState.READY, T0, 0.0),
     ]  # fmt: skip
     with reopen(tmp_path) as log:
         for rec in jobs:
@@ -74,7 +74,7 @@ def test_ids_never_repeat_after_everything_is_deleted_and_compacted(tmp_path: Pa
         log.lookup = model.lookup
         rng = random.Random(1)
         for _ in range(60):
-            rec = make_job(model.next_id, rng, tube="t")._replace(body=b"x" * 100)
+            rec = make_job(model.next_id, rng, tube=b"t")._replace(body=b"x" * 100)
             log.put(rec)
             model.next_id += 1
         for jid in range(1, 61):

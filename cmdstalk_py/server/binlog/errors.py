@@ -75,7 +75,8 @@ class Problem:
 
     ``kind`` is one of: ``torn-tail`` (newest segment cut at ``offset``, ``size`` bytes
     dropped), ``corrupt`` (damaged bytes skipped in an older segment), ``bad-header``,
-    ``seq-gap`` (records ``detail`` are missing between files), ``stale`` (records whose
+    ``seq-gap`` (records ``detail`` are missing between files), ``abandoned`` (a segment
+    was given up after an I/O error, its missing records were re-logged), ``stale`` (records whose
     sequence number was already applied were ignored), ``removed`` (an empty or torn new
     segment was removed), ``tail-saved`` (the dropped bytes were kept in a side file).
     """

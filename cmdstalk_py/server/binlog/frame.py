@@ -49,6 +49,13 @@ CRC_START = FRAME_HEAD.size  # the crc covers frame bytes from here on
 MAX_PAYLOAD = 1 << 31
 
 
+# Header flag: the previous segment was abandoned after a write or fsync error; records
+# at its end may be missing or superseded by copies re-logged at the start of this one,
+# and one sequence number was skipped so that a half-written record there can never
+# collide with one here.
+FLAG_AFTER_ABANDONED = 1
+
+
 class SegmentHeader(NamedTuple):
     """The decoded header of one segment file."""
 
@@ -56,11 +63,12 @@ class SegmentHeader(NamedTuple):
     number: int
     base_seq: int
     next_id: int
+    flags: int = 0
 
 
-def pack_segment_header(number: int, base_seq: int, next_id: int) -> bytes:
+def pack_segment_header(number: int, base_seq: int, next_id: int, flags: int = 0) -> bytes:
     """The 32-byte header of segment ``number``."""
-    head = SEGMENT_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, 0, number, base_seq, next_id)
+    head = SEGMENT_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, flags, number, base_seq, next_id)
     return head + HEADER_CRC.pack(zlib.crc32(head))
 
 
@@ -86,7 +94,7 @@ def read_segment_header(buf: bytes) -> HeaderStatus:
     raw = buf[:HEADER_SIZE]
     if raw.count(0) == HEADER_SIZE:
         return HeaderStatus(None, "zero")
-    magic, version, _flags, number, base_seq, next_id = SEGMENT_HEADER.unpack_from(raw)
+    magic, version, flags, number, base_seq, next_id = SEGMENT_HEADER.unpack_from(raw)
     (crc,) = HEADER_CRC.unpack_from(raw, SEGMENT_HEADER.size)
     fault = ""
     if magic != FILE_MAGIC:
@@ -97,7 +105,7 @@ def read_segment_header(buf: bytes) -> HeaderStatus:
         fault = "magic"
     elif crc != zlib.crc32(raw[: SEGMENT_HEADER.size]):
         return HeaderStatus(None, "crc")
-    header = SegmentHeader(version, number, base_seq, next_id)
+    header = SegmentHeader(version, number, base_seq, next_id, flags)
     if version > FORMAT_VERSION:
         return HeaderStatus(header, "newer")
     return HeaderStatus(header, fault)

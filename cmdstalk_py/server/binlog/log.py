@@ -31,6 +31,7 @@ from cmdstalk_py.server.binlog.errors import (
     BinlogClosedError,
     BinlogError,
     BinlogSyncError,
+    BinlogWriteError,
     describe_oserror,
 )
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
@@ -160,22 +161,32 @@ class Binlog:
 
     def put(self, rec: JobRecord) -> None:
         """Log a new job (whole record). Raises BinlogWriteError; then nothing was logged."""
-        self._check_open()
+        self._before_write()
         self._w.put(rec)
 
     def update(self, rec: JobRecord) -> None:
         """Log a job's new state, priority, delay, deadline and counters (not its body)."""
-        self._check_open()
+        self._before_write()
         self._w.update(rec)
 
     def delete(self, job_id: int) -> None:
         """Log a job's deletion."""
-        self._check_open()
+        self._before_write()
         self._w.delete(job_id)
 
     def _check_open(self) -> None:
         if self._closed:
             raise BinlogClosedError(f"binlog {self.directory} is closed")
+
+    def _before_write(self) -> None:
+        self._check_open()
+        if self._w.relog_pending:
+            # After a failed fsync nothing more goes into the tainted segment: a record
+            # there could survive a crash while earlier ones in the same file do not.
+            try:
+                self._relog()
+            except BinlogSyncError as exc:
+                raise BinlogWriteError(str(exc)) from exc
 
     # ------------------------------------------------------------------ syncing
 
@@ -197,6 +208,14 @@ class Binlog:
         failure: BaseException | None = None
         for _attempt in range(2):
             try:
+                if w.tail_dirty and not w.relog_pending:
+                    try:
+                        w.repair_tail()
+                    except BinlogWriteError:
+                        # fsyncing now could make a failed write's bytes durable: give up
+                        # on this segment instead.
+                        w.relog_pending = True
+                        w.untrusted = w.active.number
                 if w.relog_pending:
                     self._relog()
                 w.fdatasync()
@@ -220,8 +239,8 @@ class Binlog:
         if self.lookup is None:
             raise BinlogSyncError("cannot re-log after a failed fsync: no lookup bound")
         w = self._w
-        if w.active.number == w.untrusted:
-            w.rotate(sync_old=False)
+        if w.active.number == w.untrusted or w.tail_dirty:
+            w.rotate(abandon=True)
         for jid in sorted(w.touched):
             rec = self.lookup(jid)
             if rec is None:

@@ -40,12 +40,15 @@ STATES: tuple[JobState, ...] = (JobState.READY, JobState.DELAYED, JobState.BURIE
 class JobRecord(NamedTuple):
     """Everything needed to rebuild one job (a small frozen value).
 
+    ``tube`` and ``body`` are bytes as the server keeps them (the bundled server keeps the
+    body's trailing CRLF, as beanstalkd logs it; the binlog does not care).
+
     ``deadline`` is the epoch second a delayed job becomes ready (0.0 unless delayed);
     ``delay`` and ``ttr`` are whole seconds as given by the client.
     """
 
     id: int
-    tube: str
+    tube: bytes
     body: bytes
     pri: int
     ttr: int
@@ -73,7 +76,7 @@ T_UPDATE = 2
 T_DELETE = 3
 
 # id, pri, ttr, delay, state, created_at, deadline, 5 counters, tube length, body length;
-# then the tube name (UTF-8/ASCII) and the body.
+# then the tube name and the body (bytes exactly as the server keeps them).
 PUT_FIXED = struct.Struct("<QIIIBddIIIIIHI")
 # id, pri, delay, state, deadline, 5 counters.
 UPDATE_FIXED = struct.Struct("<QIIBdIIIII")
@@ -84,7 +87,7 @@ MAX_TUBE_BYTES = 0xFFFF
 
 def put_parts(rec: JobRecord) -> tuple[bytes, bytes, bytes]:
     """The PUT payload as (fixed part, tube, body): framed without joining the body twice."""
-    tube = rec.tube.encode()
+    tube = rec.tube
     if len(tube) > MAX_TUBE_BYTES:
         raise ValueError(f"tube name too long for the binlog: {len(tube)} bytes")
     fixed = PUT_FIXED.pack(
@@ -120,7 +123,7 @@ def decode_put(buf: bytes | memoryview, start: int, length: int) -> JobRecord | 
     if PUT_FIXED.size + tube_len + body_len != length or f[4] >= len(STATES):
         return None
     t0 = start + PUT_FIXED.size
-    tube = bytes(buf[t0 : t0 + tube_len]).decode(errors="replace")
+    tube = bytes(buf[t0 : t0 + tube_len])
     body = bytes(buf[t0 + tube_len : t0 + tube_len + body_len])
     return JobRecord(
         f[0], tube, body, f[1], f[2], f[3], STATES[f[4]], f[5], f[6],
@@ -148,4 +151,4 @@ def apply_update(rec: JobRecord, fields: tuple[int, ...]) -> JobRecord:
 
 def put_size(rec: JobRecord) -> int:
     """Payload size of the PUT record for ``rec`` (without the frame header)."""
-    return PUT_FIXED.size + len(rec.tube.encode()) + len(rec.body)
+    return PUT_FIXED.size + len(rec.tube) + len(rec.body)

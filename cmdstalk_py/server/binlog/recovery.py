@@ -39,6 +39,7 @@ from typing import NamedTuple
 from cmdstalk_py.server.binlog.errors import BinlogFormatError, Problem
 from cmdstalk_py.server.binlog.frame import (
     CRC_START,
+    FLAG_AFTER_ABANDONED,
     FORMAT_VERSION,
     FRAME,
     FRAME_MAGIC,
@@ -105,7 +106,8 @@ class _Replayer:
         self.jobs: dict[int, JobRecord] = {}
         self.home: dict[int, int] = {}
         self.segments: dict[int, SegmentMeta] = {}
-        self.tubes: dict[bytes, str] = {}
+        # One bytes object per tube name, shared by all its jobs.
+        self.tubes: dict[bytes, bytes] = {}
         self.last_seq = 0
         self.max_id = 0
         self.id_floor = 1
@@ -181,9 +183,7 @@ class _Replayer:
                     break
                 q = p + put_size
                 tkey = data[q : q + tlen]
-                tube = tubes.get(tkey)
-                if tube is None:
-                    tube = tubes[tkey] = tkey.decode(errors="replace")
+                tube = tubes.setdefault(tkey, tkey)
                 size = stop - off
                 old = home.get(jid)
                 if old is not None:  # a copy (compaction, re-log) replacing the job
@@ -326,7 +326,17 @@ def _replay_file(
     else:
         rp.id_floor = max(rp.id_floor, header.next_id)
         if previous is not None and header.base_seq > rp.last_seq + 1:
-            _gap(rp, path, HEADER_SIZE, header.base_seq)
+            if header.flags & FLAG_AFTER_ABANDONED:
+                first, last = rp.last_seq + 1, header.base_seq - 1
+                rp.problem(
+                    "abandoned", path, 0, 0,
+                    f"segment {previous} was abandoned after an I/O error; "
+                    f"{last - first + 1} record(s) (sequence {first}..{last}) it lacks were "
+                    "failed writes or are re-logged here",
+                )  # fmt: skip
+                rp.last_seq = last
+            else:
+                _gap(rp, path, HEADER_SIZE, header.base_seq)
         elif previous is None:
             # The first segment: what came before it was compacted away, not lost.
             rp.last_seq = max(rp.last_seq, header.base_seq - 1)

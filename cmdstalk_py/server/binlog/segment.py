@@ -68,7 +68,13 @@ class SegmentMeta:
 
 
 def create_segment(
-    ops: FileOps, directory: str, number: int, base_seq: int, next_id: int, durable: bool
+    ops: FileOps,
+    directory: str,
+    number: int,
+    base_seq: int,
+    next_id: int,
+    durable: bool,
+    flags: int = 0,
 ) -> SegmentMeta:
     """Create segment ``number`` with its header, durable (file and directory) if asked.
 
@@ -76,7 +82,7 @@ def create_segment(
     half-created file that survives a crash is removed by the next recovery.
     """
     path = os.path.join(directory, segment_name(number))
-    header = pack_segment_header(number, base_seq, next_id)
+    header = pack_segment_header(number, base_seq, next_id, flags)
     try:
         fd = ops.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError as exc:

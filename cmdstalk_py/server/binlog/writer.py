@@ -5,9 +5,14 @@ writes one frame per call with one ``pwrite`` at the end of the valid data, keep
 segment's size and live-job count and each live job's home segment, and starts the next
 segment when the current one is full.
 
-A write that fails half-way is cut back with ``ftruncate`` at once, or before the next
-write if that fails too, so a partial record is never followed by a good one. Sequence
-numbers are consumed only by successful writes, so they stay consecutive in a segment.
+A write that fails may still have put some or all of its bytes on disk. It is cut back
+with ``ftruncate`` (and the cut fsynced, or a later fsync could make the junk durable
+while the cut is not), at once or before the next write; until that works every write
+fails. Sequence numbers are consumed only by successful writes, so they stay consecutive
+in a segment. A segment whose tail cannot be cut back or whose fsync failed is abandoned
+(see ``Binlog.sync``): the next segment skips one sequence number, so a complete record
+left behind by a "failed" write can never be mistaken for the record that reused its
+number, and the failed write's job is re-logged from its current state.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import logging
 import os
 
 from cmdstalk_py.server.binlog.errors import BinlogWriteError, describe_oserror
-from cmdstalk_py.server.binlog.frame import HEADER_SIZE, frame
+from cmdstalk_py.server.binlog.frame import FLAG_AFTER_ABANDONED, HEADER_SIZE, frame
 from cmdstalk_py.server.binlog.fsops import FileOps
 from cmdstalk_py.server.binlog.record import (
     T_DELETE,
@@ -70,7 +75,8 @@ class SegmentWriter:
         self.untrusted: int | None = None
         self.written = 0
         self.migrated = 0
-        self._tail_dirty = False
+        self.tail_dirty = False  # bytes of a failed write may follow the valid data
+        self._removal_unsynced = False  # a segment was unlinked, the directory not fsynced
         number = max(segments, default=0) + 1
         self.active = create_segment(ops, directory, number, next_seq, next_id, durable)
         segments[number] = self.active
@@ -79,9 +85,9 @@ class SegmentWriter:
 
     def put(self, rec: JobRecord, copy: bool = False) -> None:
         """Write a PUT; ``copy`` for compaction and re-logging (never refused for size)."""
-        data = frame(self.seq, T_PUT, *put_parts(rec))
-        seg = self._write(data, may_overflow=copy)
         jid = rec.id
+        data = frame(self.seq, T_PUT, *put_parts(rec))
+        seg = self._write(data, copy, jid)
         self.touched.add(jid)
         old = self.home.get(jid)
         if old is not None:
@@ -96,26 +102,26 @@ class SegmentWriter:
 
     def update(self, rec: JobRecord) -> None:
         """Write an UPDATE."""
-        self._write(frame(self.seq, T_UPDATE, update_payload(rec)), may_overflow=True)
+        self._write(frame(self.seq, T_UPDATE, update_payload(rec)), True, rec.id)
         self.touched.add(rec.id)
 
     def delete(self, job_id: int) -> None:
         """Write a DELETE."""
-        self._write(frame(self.seq, T_DELETE, delete_payload(job_id)), may_overflow=True)
+        self._write(frame(self.seq, T_DELETE, delete_payload(job_id)), True, job_id)
         self.touched.add(job_id)
         old = self.home.pop(job_id, None)
         if old is not None:
             self.segments[old >> HOME_SHIFT].live -= 1
             self.live_bytes -= old & SIZE_MASK
 
-    def _write(self, data: bytes, may_overflow: bool) -> SegmentMeta:
-        """Append one frame (built with the current sequence number)."""
-        if self._tail_dirty:
-            self._repair_tail()
+    def _write(self, data: bytes, may_overflow: bool, job_id: int) -> SegmentMeta:
+        """Append one frame (built with the current sequence number) about ``job_id``."""
+        if self.tail_dirty:
+            self.repair_tail()
         seg = self.active
         if seg.size + len(data) > self.segment_size and seg.size > HEADER_SIZE:
             try:
-                self.rotate(sync_old=True)
+                self.rotate()
             except BinlogWriteError:
                 # Deletes and updates go past the size limit rather than fail: a full disk
                 # must not stop clients from draining the queue.
@@ -132,11 +138,13 @@ class SegmentWriter:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
         except OSError as exc:
-            # A failed pwrite may still have written part of the frame: cut it off now, or
-            # (if that fails too) before the next write.
-            self._tail_dirty = True
+            # A failed pwrite may still have written part or all of the frame: cut it off
+            # now, or (if that fails too) before the next write. Until the cut is durable
+            # the job counts as touched, so abandoning this segment re-logs it.
+            self.touched.add(job_id)
+            self.tail_dirty = True
             with contextlib.suppress(BinlogWriteError):
-                self._repair_tail()
+                self.repair_tail()
             raise BinlogWriteError(
                 describe_oserror("cannot write to", seg.path, exc), exc.errno
             ) from exc
@@ -146,7 +154,11 @@ class SegmentWriter:
         self.written += 1
         return seg
 
-    def _repair_tail(self) -> None:
+    def repair_tail(self) -> None:
+        """Cut the bytes of a failed write off the current segment, durably.
+
+        Raises BinlogWriteError (the tail stays dirty) if that fails.
+        """
         seg = self.active
         assert seg.fd is not None
         try:
@@ -155,21 +167,39 @@ class SegmentWriter:
             raise BinlogWriteError(
                 describe_oserror("cannot cut back a failed write in", seg.path, exc), exc.errno
             ) from exc
-        self._tail_dirty = False
+        if self.durable:
+            try:
+                self.ops.fdatasync(seg.fd)
+            except OSError as exc:
+                # A failed fsync taints the whole segment (see Binlog.sync).
+                self.relog_pending = True
+                self.untrusted = seg.number
+                raise BinlogWriteError(
+                    describe_oserror("fsync failed for", seg.path, exc), exc.errno
+                ) from exc
+        self.tail_dirty = False
 
     # -------------------------------------------------------------- segments
 
-    def rotate(self, sync_old: bool) -> None:
-        """Start the next segment; the old one is fsynced (if asked) and closed.
+    def rotate(self, abandon: bool = False) -> None:
+        """Start the next segment; the old one is fsynced and closed.
 
-        Raises BinlogWriteError if the new segment cannot be created (the old one stays
-        current). A failed fsync of the old one sets ``relog_pending``.
+        ``abandon``: the old segment is not to be trusted (failed fsync or a tail that
+        cannot be cut back): it is neither fsynced nor repaired, and one sequence number
+        is skipped. Raises BinlogWriteError if the new segment cannot be created (the old
+        one stays current). A failed fsync of the old one sets ``relog_pending``.
         """
         old = self.active
+        if self.tail_dirty and not abandon:
+            self.repair_tail()
+        skip = 1 if abandon else 0
         new = create_segment(
-            self.ops, self.directory, old.number + 1, self.seq, self.next_id, self.durable
-        )
-        if sync_old and self.dirty and self.durable and old.number != self.untrusted:
+            self.ops, self.directory, old.number + 1, self.seq + skip, self.next_id,
+            self.durable, FLAG_AFTER_ABANDONED if abandon else 0,
+        )  # fmt: skip
+        self.seq += skip
+        self.tail_dirty = False
+        if not abandon and self.dirty and self.durable and old.number != self.untrusted:
             try:
                 assert old.fd is not None
                 self.ops.fdatasync(old.fd)
@@ -177,10 +207,6 @@ class SegmentWriter:
                 log.error("binlog: %s", describe_oserror("fsync failed for", old.path, exc))
                 self.relog_pending = True
                 self.untrusted = old.number
-        if self._tail_dirty:
-            with contextlib.suppress(BinlogWriteError):
-                self._repair_tail()
-            self._tail_dirty = False
         self._close_active()
         self.segments[new.number] = new
         self.active = new
@@ -204,19 +230,32 @@ class SegmentWriter:
         return sum(seg.size for seg in self.segments.values())
 
     def remove_oldest(self) -> None:
-        """Unlink the oldest segment (the caller checked it holds no live job)."""
+        """Unlink the oldest segment (the caller checked it holds no live job).
+
+        Each removal is made durable before the next: a file system may persist
+        directory changes out of order, and a surviving older segment after a vanished
+        newer one could resurrect a job whose DELETE was in the vanished one. Raises
+        OSError.
+        """
         oldest = self.oldest()
         assert oldest is not self.active and oldest.live == 0
+        if self._removal_unsynced and self.durable:
+            self.ops.fsync_dir(self.directory)
+            self._removal_unsynced = False
         with contextlib.suppress(FileNotFoundError):
             self.ops.unlink(oldest.path)
         del self.segments[oldest.number]
+        self._removal_unsynced = True
+        if self.durable:
+            self.ops.fsync_dir(self.directory)
+            self._removal_unsynced = False
         log.debug("binlog: removed %s", oldest.path)
 
     def close(self) -> None:
         """Cut any junk after the last record and close the current segment."""
-        if self._tail_dirty:
+        if self.tail_dirty:
             with contextlib.suppress(BinlogWriteError):
-                self._repair_tail()
+                self.repair_tail()
         self._close_active()
 
     def _close_active(self) -> None:

@@ -143,3 +143,50 @@ def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -
         f"report:  {files.html}\nsummary: {files.summary_csv}\ntubes:   {files.tubes_csv}\n"
         f"parquet: {files.out / 'events'}, {files.out / 'windows'} (by tube, date)"
     )
+
+
+@main.command("export-buried")
+@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option("--tube", required=True)
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False), help="Parquet file to write."
+)
+@click.option("--delete", is_flag=True, help="Delete the jobs once the file is safely on disk.")
+def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
+    """Copy every buried job of TUBE (body, id, priority, stats) to a Parquet file.
+
+    Jobs stay buried throughout (see the README on how the buried list is walked); with
+    --delete they are deleted only after the file is written, fsynced and in place.
+    """
+    from cmdstalk_py.spark.deadletters import ExportError, export_buried
+    from cmdstalk_py.spark.wire import BeanstalkdError
+
+    def progress(n: int) -> None:
+        click.echo(f"  {n} jobs exported...", err=True)
+
+    try:
+        result = export_buried(address, tube, out, delete=delete, progress=progress)
+    except (ExportError, BeanstalkdError) as exc:
+        raise click.ClickException(f"export failed, nothing deleted: {exc}") from exc
+    click.echo(f"exported {result.jobs} buried jobs of tube {tube!r} to {result.path}")
+    if delete:
+        click.echo(
+            f"deleted {result.deleted}; {result.not_deleted} were no longer buried and were kept"
+        )
+
+
+@main.command("requeue")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--tube", help="Put every job into this tube (default: the tube it came from).")
+@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
+def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
+    """Put the jobs of an export-buried file back into beanstalkd (body, priority, ttr)."""
+    from cmdstalk_py.spark.deadletters import requeue
+    from cmdstalk_py.spark.putter import PutFailed
+
+    try:
+        n = requeue(path, address, tube, delay=delay)
+    except PutFailed as exc:
+        raise click.ClickException(f"requeue failed: {exc}") from exc
+    click.echo(f"requeued {n} jobs from {path} to {address}")

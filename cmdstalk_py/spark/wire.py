@@ -227,9 +227,8 @@ class Connection:
             raise UnexpectedReply("NOT_FOUND in reply to put")
         return int(reply[0][1])
 
-    def peek_buried(self, tube: str) -> tuple[int, bytes] | None:
-        """The head of ``tube``'s buried list (id, body), or None when it has none."""
-        self.use(tube)
+    def peek_buried(self) -> tuple[int, bytes] | None:
+        """The head of the used tube's buried list (id, body), or None when it has none."""
         self.send(b"peek-buried\r\n")
         reply = self._reply(b"FOUND", with_body=True)
         return None if reply is None else (int(reply[0][1]), reply[1])

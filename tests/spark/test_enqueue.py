@@ -242,5 +242,5 @@ def test_console_script_help_needs_no_jvm() -> None:
     script = Path(sys.executable).parent / "cmdstalk-spark"
     out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    for command in ("enqueue",):
+    for command in ("enqueue", "report", "export-buried", "requeue"):
         assert command in out.stdout

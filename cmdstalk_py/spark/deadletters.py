@@ -1,0 +1,251 @@
+"""Dead letters: copy a tube's buried jobs to Parquet (optionally deleting them), and put
+them back from that file.
+
+beanstalkd only shows the head of a tube's buried list (``peek-buried``). To see the rest
+without making anything runnable, the export rotates the list: for the head job it sends
+``reserve-job <id>`` and ``bury <id> <pri>`` in one write, which takes the job off the head
+and buries it again at the tail. After as many steps as there were buried jobs, the first
+job it moved is back at the head; seeing an id twice ends the walk. Jobs buried by others
+during the walk land behind the first moved job and are not part of this export.
+
+What the rotation changes on the server: each exported job's ``reserves`` and ``buries``
+counters go up by one (the file records the values from before), and the buried list keeps
+its order. The job is reserved by us only between two commands the server reads together;
+if our connection dies in that instant the server makes the job ready, so on a lost
+connection the export reconnects, puts that job back to buried if it is still there, and
+fails. Concurrent changes are handled as they come: a job deleted or kicked before we reach
+it is skipped (a kick landing in the microseconds between our ``stats-job`` and
+``reserve-job`` is undone: the job is buried again and exported).
+
+With ``delete``, nothing is deleted until the Parquet file is complete, fsynced, renamed
+into place and its directory fsynced; then each exported job is deleted only if it is still
+buried in the same tube.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cmdstalk_py.spark.putter import Putter
+from cmdstalk_py.spark.wire import BeanstalkdError, Connection, ConnectionLost
+
+STAT_FIELDS = (
+    "priority",
+    "ttr",
+    "delay",
+    "age",
+    "reserves",
+    "timeouts",
+    "releases",
+    "buries",
+    "kicks",
+)
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("tube", pa.string(), nullable=False),
+        pa.field("body", pa.binary(), nullable=False),
+        *(pa.field(name, pa.int64()) for name in STAT_FIELDS),
+        pa.field("source", pa.string()),
+        pa.field("exported_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+ROW_GROUP = 1000
+
+
+class ExportError(Exception):
+    """The export could not finish; nothing was deleted."""
+
+
+@dataclass(frozen=True)
+class BuriedJob:
+    """One buried job as found: its body and its stats from before the export touched it."""
+
+    id: int
+    tube: str
+    body: bytes
+    stats: dict[str, int]
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    jobs: int
+    deleted: int = 0
+    not_deleted: int = 0  # exported, but no longer buried in the tube when deleting
+
+
+def _int_stats(raw: dict[str, str]) -> dict[str, int]:
+    names = {"pri": "priority"}
+    out = {}
+    for key in (
+        "pri",
+        "ttr",
+        "delay",
+        "age",
+        "reserves",
+        "timeouts",
+        "releases",
+        "buries",
+        "kicks",
+    ):
+        out[names.get(key, key)] = int(raw.get(key, "0"))
+    return out
+
+
+def _rotate(conn: Connection, job_id: int, priority: int) -> bytes | None:
+    """Move buried job ``job_id`` to the tail of its buried list; its body, or None if it
+    was no longer there to take."""
+    conn.send(b"reserve-job %d\r\nbury %d %d\r\n" % (job_id, job_id, priority))
+    line = conn.read_line()
+    words = line.split(b" ")
+    body = conn.read_body(int(words[2])) if words[0] == b"RESERVED" else None
+    buried = conn.read_line()
+    if body is None:
+        return None  # NOT_FOUND twice: deleted, or reserved by someone else, meanwhile
+    if buried != b"BURIED":
+        raise ExportError(f"job {job_id}: bury after reserve-job answered {buried!r}")
+    return body
+
+
+def _restore(address: str, tube: str, job_id: int) -> str:
+    """After a lost connection: bury ``job_id`` again if the server made it ready."""
+    try:
+        with Connection(address, timeout=10) as conn:
+            stats = conn.stats_job(job_id)
+            if stats is None:
+                return f"job {job_id} no longer exists"
+            if stats.get("state") == "buried":
+                return f"job {job_id} is still buried"
+            ours = stats.get("tube") == tube and stats.get("state") in ("ready", "delayed")
+            if ours and _rotate(conn, job_id, int(stats["pri"])) is not None:
+                return f"job {job_id} was made ready by the lost connection; buried again"
+            return f"job {job_id} is {stats.get('state')} in tube {stats.get('tube')}: check it"
+    except (BeanstalkdError, OSError) as exc:
+        return f"could not check job {job_id}: {exc}"
+
+
+def iter_buried(address: str, tube: str, timeout: float = 30.0) -> Iterator[BuriedJob]:
+    """Every job buried in ``tube`` when the walk starts (see the module doc), in order."""
+    seen: set[int] = set()
+    conn = Connection(address, timeout=timeout)
+    try:
+        conn.use(tube)
+        while True:
+            head = conn.peek_buried()
+            if head is None or head[0] in seen:
+                return
+            job_id = head[0]
+            raw = conn.stats_job(job_id)
+            if raw is None or raw.get("state") != "buried":
+                continue  # changed under us: look at the new head
+            stats = _int_stats(raw)
+            try:
+                body = _rotate(conn, job_id, stats["priority"])
+            except ConnectionLost as exc:
+                note = _restore(address, tube, job_id)
+                raise ExportError(f"connection lost while moving job {job_id} ({note})") from exc
+            if body is None:
+                continue
+            seen.add(job_id)
+            yield BuriedJob(job_id, tube, body, stats)
+    finally:
+        conn.close()
+
+
+def _fsync_dir(path: Path, fsync: Callable[[int], None]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def export_buried(
+    address: str,
+    tube: str,
+    out: str | Path,
+    *,
+    delete: bool = False,
+    fsync: Callable[[int], None] = os.fsync,
+    progress: Callable[[int], None] | None = None,
+) -> ExportResult:
+    """Write every buried job of ``tube`` to the Parquet file ``out``; with ``delete``,
+    delete them from the server once the file is durable. ``fsync`` is injectable so
+    tests can check the order of events."""
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    exported: list[int] = []
+    now = dt.datetime.now(dt.UTC)
+    try:
+        with pq.ParquetWriter(tmp, SCHEMA) as writer:
+            rows: list[dict[str, object]] = []
+            for job in iter_buried(address, tube):
+                rows.append(
+                    {
+                        "id": job.id,
+                        "tube": job.tube,
+                        "body": job.body,
+                        **job.stats,
+                        "source": address,
+                        "exported_at": now,
+                    }
+                )
+                exported.append(job.id)
+                if len(rows) >= ROW_GROUP:
+                    writer.write_table(pa.Table.from_pylist(rows, SCHEMA))
+                    rows = []
+                    if progress is not None:
+                        progress(len(exported))
+            if rows or not exported:
+                writer.write_table(pa.Table.from_pylist(rows, SCHEMA))
+        with open(tmp, "rb") as f:
+            fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent, fsync)
+    finally:
+        tmp.unlink(missing_ok=True)
+    result = ExportResult(path, len(exported))
+    if delete:
+        with Connection(address) as conn:
+            for job_id in exported:
+                stats = conn.stats_job(job_id)
+                still = stats is not None and (stats.get("state"), stats.get("tube")) == (
+                    "buried",
+                    tube,
+                )
+                if still and conn.delete(job_id):
+                    result.deleted += 1
+                else:
+                    result.not_deleted += 1
+    return result
+
+
+def requeue(
+    path: str | Path,
+    address: str,
+    tube: str | None = None,
+    *,
+    delay: int = 0,
+) -> int:
+    """Put every job of an export file back (its body, priority and ttr; ``tube`` or the
+    tube it came from). Returns the number of jobs put. At-least-once: if this fails part
+    way, the error says how many were put; running it again puts those again."""
+    table_file = pq.ParquetFile(path)
+    with Putter(address, tube or "default", partition=None, delay=delay) as put:
+        for batch in table_file.iter_batches(columns=["tube", "body", "priority", "ttr"]):
+            n = batch.num_rows
+            put.put_batch(
+                batch.column("body").to_pylist(),
+                tubes=[tube] * n if tube else batch.column("tube").to_pylist(),
+                priorities=batch.column("priority").to_pylist(),
+                ttrs=batch.column("ttr").to_pylist(),
+            )
+        return put.finish().rows

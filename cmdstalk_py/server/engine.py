@@ -239,7 +239,8 @@ class Engine:
         del self.jobs[job.id]
         t = job.tube
         t.jobs -= 1
-        self._maybe_drop(t)
+        if not t.jobs:
+            self._maybe_drop(t)
 
     def _journal_quietly(self, job: Job) -> None:
         # Clock- and disconnect-driven changes cannot be refused (see journal.py).
@@ -309,9 +310,11 @@ class Engine:
     # ---------------------------------------------------------------- the clock
 
     def _alarm(self, when: float, kind: int, obj: Any) -> int:
-        self._seq += 1
-        heappush(self.alarms, (when, self._seq, kind, obj))
-        return self._seq
+        seq = self._seq = self._seq + 1
+        heappush(self.alarms, (when, seq, kind, obj))
+        if self._stale > 1024 and self._stale * 2 > len(self.alarms):
+            self._compact_alarms()
+        return seq
 
     def arm_ttr(self, job: Job) -> None:
         """Schedule the TTR expiry of a reserved job at ``job.deadline`` (after touch)."""
@@ -325,8 +328,6 @@ class Engine:
     def next_deadline(self) -> float | None:
         """When :meth:`tick` must next run (None: nothing scheduled)."""
         alarms = self.alarms
-        if self._stale > 1024 and self._stale * 2 > len(alarms):
-            self._compact_alarms()
         return alarms[0][0] if alarms else None
 
     def tick(self, now: float) -> float | None:
@@ -390,7 +391,8 @@ class Engine:
             if ok:
                 live.append(alarm)
         live.sort()
-        self.alarms = live
+        # In place: tick() may be iterating over this very list.
+        self.alarms[:] = live
         self._stale = 0
 
     # ---------------------------------------------------------------- put

@@ -116,7 +116,8 @@ class Server:
             for session, reply in engine.take_deliveries():
                 conn: Connection = session.owner  # type: ignore[assignment]
                 conn.deliver(reply)
-        when = engine.next_deadline()
+        alarms = engine.alarms
+        when = alarms[0][0] if alarms else None
         if when != self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
@@ -192,6 +193,12 @@ class Connection(asyncio.Protocol):
         return True
 
     def data_received(self, data: bytes) -> None:
+        # Fast path: nothing held back, reading commands.
+        if not self.parts and self.mode == _CMD and not (
+            self.blocked or self.write_paused or self.closing
+        ):
+            self._answer([], data)
+            return
         if self.closing:
             return
         if self.mode == _SKIP and not self.parts:
@@ -205,23 +212,19 @@ class Connection(asyncio.Protocol):
             self.mode = _CMD
             self._answer([self.skip_reply], data)
             return
-        if self.parts:
-            self.parts.append(data)
-            self.parts_len += len(data)
-            if self.blocked or self.write_paused:
-                if self.parts_len > INPUT_LIMIT and not self.read_paused:
-                    self.read_paused = True
-                    self.transport.pause_reading()
-                return
-            if self.mode == _BODY and self.parts_len < self.need:
-                return
-            data = b"".join(self.parts)
-            self.parts = []
-            self.parts_len = 0
-        elif self.blocked or self.write_paused:
-            self.parts.append(data)
-            self.parts_len = len(data)
+        self.parts.append(data)
+        self.parts_len += len(data)
+        if self.blocked or self.write_paused:
+            # Held back: keep it, up to a bound; past it the kernel buffers the rest.
+            if self.parts_len > INPUT_LIMIT and not self.read_paused:
+                self.read_paused = True
+                self.transport.pause_reading()
             return
+        if self.mode == _BODY and self.parts_len < self.need:
+            return
+        data = b"".join(self.parts)
+        self.parts = []
+        self.parts_len = 0
         self._answer([], data)
 
     # ---------------------------------------------------------------- processing
@@ -285,11 +288,8 @@ class Connection(asyncio.Protocol):
     def _process(self, out: list[bytes], data: bytes) -> None:
         engine = self.engine
         session = self.session
-        max_job_size = engine.max_job_size
-        now = self.server.loop.time()
         n = len(data)
         pos = 0
-        out_size = 0
         mode = self.mode
         if mode == _BODY:
             put = self.put
@@ -298,9 +298,12 @@ class Connection(asyncio.Protocol):
             if n < need:
                 self._keep(data, 0)
                 return
-            out.append(engine.put(session, put, data[:need], now))
+            out.append(engine.put(session, put, data[:need], _clock()))
             pos = need
             mode = self.mode = _CMD
+        out_size = 0
+        max_job_size = engine.max_job_size
+        execute = engine.execute
         while pos < n:
             if mode == _CMD:
                 end = pos + _WINDOW
@@ -316,8 +319,6 @@ class Connection(asyncio.Protocol):
                     continue
                 cmd = _parse(data[pos:i], max_job_size)
                 pos = i + 2
-                # Read the clock per command, like 1.12: times in replies must not lag.
-                now = _clock()
                 kind = type(cmd)
                 if kind is _Put:
                     engine.begin_put(session)
@@ -327,10 +328,11 @@ class Connection(asyncio.Protocol):
                         self.need = need
                         mode = self.mode = _BODY
                         break
-                    reply = engine.put(session, cmd, data[pos : pos + need], now)  # type: ignore[arg-type]
+                    # The clock is read per command, like 1.12: replies must not lag.
+                    reply = engine.put(session, cmd, data[pos : pos + need], _clock())  # type: ignore[arg-type]
                     pos += need
                 elif kind is _Rejected:
-                    reply = engine.execute(session, cmd, now)  # type: ignore[assignment]
+                    reply = execute(session, cmd, 0.0)  # type: ignore[assignment]
                     skip = cmd.skip  # type: ignore[union-attr]
                     if skip:
                         if n - pos < skip:
@@ -346,7 +348,7 @@ class Connection(asyncio.Protocol):
                     self.transport.close()
                     return
                 else:
-                    r = engine.execute(session, cmd, now)
+                    r = execute(session, cmd, _clock())
                     if r is None:
                         if not self.eof:
                             self.blocked = True
@@ -374,9 +376,11 @@ class Connection(asyncio.Protocol):
                 pos = i + 2
                 out.append(p.BAD_FORMAT)
                 mode = self.mode = _CMD
-        self._flush(out)
-        self._keep(data, pos)
-        if not self.blocked:
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if pos < n:
+            self._keep(data, pos)
+        if self.eof and not self.blocked:
             self._finish_eof()
 
     def _keep(self, data: bytes, pos: int) -> None:

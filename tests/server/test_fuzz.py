@@ -75,7 +75,7 @@ def round_trip(target: Target, tag: int) -> None:
         c.close()
 
 
-@settings(max_examples=200, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(stream=streams(), split=st.booleans())
 def test_random_byte_streams(stream_target: Target, stream: Stream, split: bool) -> None:

@@ -17,11 +17,13 @@ from tests.server.difftools.steps import (
     drain,
     eof,
     half_close,
+    mark,
     poll,
     put,
     recv,
     send,
     silent,
+    silent_since_mark,
     tx,
 )
 
@@ -143,7 +145,8 @@ def add(s: ScenarioList) -> None:
     s.add(
         "reserve-with-timeout-expires",
         send(1, "reserve-with-timeout 1\r\n"),
-        silent(1, 0.3),
+        mark(),
+        silent_since_mark(1),
         recv(1, "TIMED_OUT"),
         put(0, "after", want="INSERTED #1"),
         silent(1, 0.2),
@@ -182,7 +185,8 @@ def add(s: ScenarioList) -> None:
     )
     s.add(
         "ttr-expiry-hands-job-to-waiter",
-        put(0, "t", ttr=1, want="INSERTED #1"),
+        # TTR 2, so that the waiter surely still holds the job when it is inspected.
+        put(0, "t", ttr=2, want="INSERTED #1"),
         cmd(1, "reserve", "RESERVED #1 1"),
         send(2, "reserve\r\n"),
         await_stats(current_waiting=1),
@@ -207,9 +211,10 @@ def add(s: ScenarioList) -> None:
     s.add(
         "deadline-soon-for-blocked-reserve",
         put(0, "ttr2", ttr=2, want="INSERTED #1"),
-        cmd(1, "reserve", "RESERVED #1 4"),
-        send(1, "reserve\r\n"),
-        silent(1, 0.3),
+        send(1, "reserve\r\nreserve\r\n"),
+        mark(),
+        recv(1, "RESERVED #1 4"),
+        silent_since_mark(1),
         recv(1, "DEADLINE_SOON", within=5),
         cmd(1, "delete {j1}", "DELETED"),
         slow=True,
@@ -242,11 +247,12 @@ def add(s: ScenarioList) -> None:
     )
     s.add(
         "delayed-job-becomes-ready",
-        put(0, "later", delay=1, want="INSERTED #1"),
-        cmd(0, "peek-delayed", "FOUND #1 5"),
-        cmd(0, "stats-job {j1}", {"state": "delayed", "delay": 1, "time-left": "~0"}),
+        send(0, "put 0 1 60 5\r\nlater\r\npeek-delayed\r\nstats-job 1\r\n"),
+        mark(),
+        recv(0, "INSERTED #1", "FOUND #1 5",
+             {"state": "delayed", "delay": 1, "time-left": "~0"}),
         send(1, "reserve\r\n"),
-        silent(1, 0.3),
+        silent_since_mark(1),
         recv(1, ("RESERVED #1 5", b"later"), within=5),
         cmd(1, "stats-job {j1}", {"state": "reserved", "delay": 1, "reserves": 1}),
         slow=True,
@@ -289,9 +295,11 @@ def add(s: ScenarioList) -> None:
         "pause-tube-holds-waiter-until-it-ends",
         cmd(0, "use p", "USING p"),
         put(0, "paused", want="INSERTED #1"),
-        cmd(0, "pause-tube p 1", "PAUSED"),
+        send(0, "pause-tube p 1\r\n"),
+        mark(),
+        recv(0, "PAUSED"),
         tx(1, "watch p\r\nreserve\r\n", "WATCHING 2"),
-        silent(1, 0.3),
+        silent_since_mark(1),
         recv(1, "RESERVED #1 6", within=5),
         cmd(0, "stats-tube p", {"pause": 0, "pause-time-left": 0, "cmd-pause-tube": 1}),
         slow=True,
@@ -340,4 +348,47 @@ def add(s: ScenarioList) -> None:
         cmd(1, "use other", "USING other"),
         put(1, "x", want="DRAINING"),
         max_job_size=10,
+    )
+    s.add(
+        "tube-counters-follow-connections",
+        tx(1, "use a\r\nwatch a\r\n", "USING a", "WATCHING 2"),
+        cmd(2, "watch a", "WATCHING 2"),
+        cmd(0, "stats-tube a", {"current-using": 1, "current-watching": 2}),
+        cmd(0, "stats-tube default", {"current-using": 3, "current-watching": 4}),
+        close(1),
+        cmd(0, "stats-tube a", {"current-using": 0, "current-watching": 1}),
+        close(2),
+        cmd(0, "stats-tube a", "NOT_FOUND"),
+        cmd(0, "stats", {"current-tubes": 1, "current-connections": 2}),
+    )
+    s.add(
+        "waiting-connection-is-a-worker",
+        send(1, "reserve\r\n"),
+        await_stats(current_waiting=1),
+        cmd(0, "stats", {"current-workers": 1, "current-waiting": 1, "cmd-reserve": 1}),
+        cmd(0, "stats-tube default", {"current-waiting": 1}),
+        put(0, "w", want="INSERTED #1"),
+        recv(1, "RESERVED #1 1"),
+        cmd(0, "stats", {"current-workers": 1, "current-waiting": 0}),
+        cmd(0, "stats-tube default", {"current-waiting": 0}),
+    )
+    s.add(
+        "half-close-after-pipelined-commands",
+        send(1, "put 0 0 60 2\r\nhi\r\nlist-tube-used\r\nreserve\r\n"),
+        half_close(1),
+        recv(1, "INSERTED #1", "USING default", "RESERVED #1 2"),
+        eof(1),
+        cmd(0, "stats-job {j1}", {"state": "ready", "reserves": 1}),
+    )
+    s.add(
+        "kick-and-delete-in-paused-tube",
+        cmd(0, "use p", "USING p"),
+        put(0, "d", delay=1000, want="INSERTED #1"),
+        put(0, "r", want="INSERTED #2"),
+        cmd(0, "pause-tube p 1000", "PAUSED"),
+        cmd(0, "kick 5", "KICKED 1"),
+        tx(1, "watch p\r\nignore default\r\nreserve-with-timeout 0\r\n",
+           "WATCHING 2", "WATCHING 1", "TIMED_OUT"),
+        cmd(1, "delete {j1}", "DELETED"),
+        cmd(0, "stats-tube p", {"current-jobs-ready": 1, "cmd-delete": 1, "pause": 1000}),
     )

@@ -37,10 +37,22 @@ class Recv:
 
 @dataclass(frozen=True)
 class Silent:
-    """Nothing may arrive on ``conn`` for ``window`` seconds (a blocked reserve)."""
+    """Nothing may arrive on ``conn`` for ``window`` seconds (a blocked reserve).
+
+    With ``since_mark`` the window is counted from the last ``Mark`` instead of from
+    now: used where a protocol timer (a 1 s delay, pause or timeout) started at the mark,
+    so that a harness slowed down by a loaded machine never waits into the time when the
+    reply is legitimately due. If the window has already passed, nothing is checked.
+    """
 
     conn: int
     window: float = 0.3
+    since_mark: bool = False
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Remember this instant (just after the previous step) for ``Silent(since_mark)``."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,7 @@ class Scenario:
     slow: bool = False
 
 
-Step = Send | Recv | Silent | Eof | Close | HalfClose | Poll | Drain
+Step = Send | Recv | Silent | Mark | Eof | Close | HalfClose | Poll | Drain
 
 
 @dataclass
@@ -155,6 +167,14 @@ def put(conn: int, body: bytes | str, pri: int = 0, delay: int = 0, ttr: int = 6
 
 def silent(conn: int, window: float = 0.3) -> Silent:
     return Silent(conn, window)
+
+
+def mark() -> Mark:
+    return Mark()
+
+
+def silent_since_mark(conn: int, window: float = 0.5) -> Silent:
+    return Silent(conn, window, since_mark=True)
 
 
 def eof(conn: int, within: float = 5.0) -> Eof:

@@ -28,11 +28,11 @@ def _reserve(e: Engine, s: Session, cmd: p.Reserve, now: float) -> bytes | None:
         e.workers += 1
     # Inside the safety margin: DEADLINE_SOON unless some watched tube has a ready job
     # (1.12 does not look at pauses here). The cheap test comes first.
-    if s.reserved and not any(t.ready for t in s.watch):
+    t = e._best_ready_tube(s)
+    if s.reserved and t is None and not any(w.ready for w in s.watch):
         soonest = min(j.deadline for j in s.reserved)
         if now >= soonest - 1.0:
             return p.DEADLINE_SOON
-    t = e._best_ready_tube(s)
     if t is not None:
         job = e._pop_ready(t)
         if e._reserve(s, job, now):

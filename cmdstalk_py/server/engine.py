@@ -20,7 +20,7 @@ from cmdstalk_py.server.job import BURIED, DELAYED, READY, RESERVED, Job
 from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
-from cmdstalk_py.server.tube import Tube, ready_key
+from cmdstalk_py.server.tube import Tube
 
 #: Reserve answers DEADLINE_SOON within this many seconds of a reservation's deadline.
 SAFETY_MARGIN = 1.0
@@ -136,7 +136,7 @@ class Engine:
         """The tube called ``name``, created if needed."""
         t = self.tubes.get(name)
         if t is None:
-            t = Tube(name, len(self.tube_list))
+            t = Tube(name, len(self.tube_list), self.jobs)
             self.tubes[name] = t
             self.tube_list.append(t)
         return t
@@ -158,7 +158,7 @@ class Engine:
         # (anything) -> READY, without serving waiters.
         job.state = READY
         t = job.tube
-        t.ready.push(ready_key(job), job)
+        t.ready.push(job)
         if job.pri < p.URGENT_THRESHOLD:
             t.urgent += 1
 
@@ -250,11 +250,15 @@ class Engine:
     # ---------------------------------------------------------------- waiting reserves
 
     def _best_ready_tube(self, s: Session) -> Tube | None:
+        watch = s.watch
+        if len(watch) == 1:
+            t = watch[0]
+            return t if t.ready and not t.paused else None
         best: Tube | None = None
         best_key = None
         for t in s.watch:
             if t.ready and not t.paused:
-                key = t.ready.keys[0]
+                key = t.ready.top_key()
                 if best_key is None or key < best_key:
                     best_key = key
                     best = t
@@ -293,7 +297,7 @@ class Engine:
             best_key = None
             for t in tubes:
                 if t.waiting and t.ready and not t.paused:
-                    key = t.ready.keys[0]
+                    key = t.ready.top_key()
                     if best_key is None or key < best_key:
                         best, best_key = t, key
             if best is None:

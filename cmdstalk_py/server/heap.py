@@ -50,11 +50,28 @@ class Heap(Generic[T]):
     def pop(self) -> T:
         """Remove and return the smallest item (the heap must not be empty)."""
         items = self.items
+        keys = self.keys
         top = items[0]
-        last_key = self.keys.pop()
+        last_key = keys.pop()
         last = items.pop()
-        if items:
-            self._down(0, last_key, last)
+        n = len(keys)
+        if n:
+            # Bottom-up: walk the hole down along the smaller children to a leaf, then let
+            # the last item rise from there. The last item usually belongs near the bottom,
+            # so this saves a comparison per level over sifting it down from the root.
+            pos = 0
+            child = 1
+            while child < n:
+                right = child + 1
+                if right < n and keys[right] < keys[child]:
+                    child = right
+                keys[pos] = keys[child]
+                moved = items[child]
+                items[pos] = moved
+                moved.heap_index = pos
+                pos = child
+                child = 2 * pos + 1
+            self._up(pos, last_key, last)
         top.heap_index = -1
         return top
 

@@ -6,16 +6,10 @@ from typing import TYPE_CHECKING
 
 from cmdstalk_py.server.heap import Heap
 from cmdstalk_py.server.job import Job
+from cmdstalk_py.server.ready import ReadyQueue
 
 if TYPE_CHECKING:
     from cmdstalk_py.server.session import Session
-
-
-def ready_key(job: Job) -> int:
-    """Ready order: lowest priority first, then lowest id (docs §5.2)."""
-    pri = job.pri
-    # With priority 0 the key is the id object itself: no extra int per job.
-    return job.id if pri == 0 else (pri << 64) | job.id
 
 
 class Tube:
@@ -42,9 +36,9 @@ class Tube:
         "watching",
     )
 
-    def __init__(self, name: bytes, index: int) -> None:
+    def __init__(self, name: bytes, index: int, jobs: dict[int, Job]) -> None:
         self.name = name
-        self.ready: Heap[Job] = Heap()
+        self.ready = ReadyQueue(jobs)
         # Keyed by (deadline, id): earliest first, ties by id.
         self.delayed: Heap[Job] = Heap()
         # Insertion-ordered: the oldest buried job first; O(1) removal from anywhere.

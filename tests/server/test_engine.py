@@ -520,3 +520,24 @@ def test_restore_recovered_jobs(w: World) -> None:
     w.do(c, "watch recovered")
     assert w.reserved_id(w.do(c, "reserve")) == 41
     assert w.put(c) == 42
+
+
+def test_ready_queue_survives_stale_entries_and_duplicates(w: World) -> None:
+    c = w.connect()
+    ids = [w.put(c, pri=i % 3) for i in range(300)]
+    # Deleting ready jobs leaves stale entries; enough of them trigger a sweep.
+    for job_id in ids[::2]:
+        assert w.do(c, f"delete {job_id}") == p.DELETED
+    # reserve-job + release puts a job back with the same key: a duplicate entry.
+    survivor = ids[1]
+    for _ in range(3):
+        w.do(c, f"reserve-job {survivor}")
+        w.do(c, f"release {survivor} 1 0")
+    left = sorted(ids[1::2], key=lambda i: ((1 if i == survivor else (i - 1) % 3), i))
+    assert w.yaml(c, "stats-tube default")["current-jobs-ready"] == str(len(left))
+    assert w.do(c, "peek-ready") == p.render_found(left[0], b"job\r\n")
+    # Stale entries were swept: the heap is not much bigger than the live queue.
+    assert len(w.engine.default.ready.heap) <= len(left) + 65
+    got = [w.reserved_id(w.do(c, "reserve-with-timeout 0")) for _ in range(len(left))]
+    assert got == left
+    assert w.do(c, "reserve-with-timeout 0") == p.TIMED_OUT

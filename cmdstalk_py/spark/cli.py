@@ -190,3 +190,103 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
     except PutFailed as exc:
         raise click.ClickException(f"requeue failed: {exc}") from exc
     click.echo(f"requeued {n} jobs from {path} to {address}")
+
+
+@main.command("drain")
+@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option("--tubes", required=True, help="Comma-separated tubes to drain.")
+@click.option("--cmd", required=True, help="Command run for each job, payload on its stdin.")
+@click.option(
+    "--parallelism",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="Spark tasks running brokers (at least one broker per tube).",
+)
+@click.option("--max-jobs", type=click.IntRange(1), help="Stop after this many jobs in all.")
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(0.5),
+    default=3.0,
+    show_default=True,
+    help="A broker stops after its tube has been empty this many seconds.",
+)
+@click.option(
+    "--events",
+    "events_path",
+    type=click.Path(dir_okay=False),
+    help="Event log to append to (default: cmdstalk-drain-<UTC time>.jsonl).",
+)
+@click.option("--shell", default="/bin/bash -c", show_default=True)
+@click.option("--max-releases", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--max-timeouts", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--backoff-exponent", type=click.FloatRange(0), default=4.0, show_default=True)
+@click.option("--backoff-max", type=click.IntRange(0), default=None)
+@click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True)
+@click.option("--ttr-margin", type=click.FloatRange(0), default=1.0, show_default=True)
+@click.option("--bury-exit-codes", default="", help="Exit codes that bury at once: 65,78.")
+@click.pass_context
+def drain_cmd(
+    ctx: click.Context,
+    address: str,
+    tubes: str,
+    cmd: str,
+    parallelism: int,
+    max_jobs: int | None,
+    idle_timeout: float,
+    events_path: str | None,
+    shell: str,
+    max_releases: int,
+    max_timeouts: int,
+    backoff_exponent: float,
+    backoff_max: int | None,
+    kill_grace: float,
+    ttr_margin: float,
+    bury_exit_codes: str,
+) -> None:
+    """Run cmdstalk brokers as Spark tasks until the tubes stay empty (or --max-jobs).
+
+    The brokers are the supervisor's own code: same environment for the command, TTR kills,
+    backoff and bury rules (the policy options mean what they mean for cmdstalk). Every
+    job's result is appended to the event log, which `report` reads.
+    """
+    import datetime as dt
+
+    from cmdstalk_py import config as cfg
+    from cmdstalk_py.spark.drain import drain
+
+    try:
+        host, port = cfg.parse_address(address)
+        config = cfg.Config(
+            cmd=cfg.validate_cmd(cmd),
+            host=host,
+            port=port,
+            tubes=cfg.parse_tubes([tubes]),
+            shell=cfg.parse_shell(shell),
+            max_releases=max_releases,
+            max_timeouts=max_timeouts,
+            backoff_exponent=backoff_exponent,
+            backoff_max=backoff_max,
+            kill_grace=kill_grace,
+            ttr_margin=ttr_margin,
+            bury_exit_codes=cfg.parse_exit_codes(bury_exit_codes),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if events_path is None:
+        events_path = f"cmdstalk-drain-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.jsonl"
+
+    def say(message: str) -> None:
+        click.echo(message, err=True)
+
+    with _session(ctx, "drain") as spark:
+        summary = drain(
+            spark,
+            config,
+            parallelism,
+            max_jobs=max_jobs,
+            idle_timeout=idle_timeout,
+            events_path=events_path,
+            say=say,
+        )
+    click.echo("\n".join(summary.lines()))

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from cmdstalk_py.server import protocol as p
+from cmdstalk_py.server import limits as p
 
 DEFAULT_PORT = 11300
 VERSION = "1.12"

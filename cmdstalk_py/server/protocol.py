@@ -12,15 +12,14 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-#: A command line may hold at most this many bytes, counting its CRLF.
-LINE_LIMIT = 224
-#: Longest tube name.
-MAX_NAME = 200
+# Re-exported: the parser's users read the limits from here.
+from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE as DEFAULT_MAX_JOB_SIZE
+from cmdstalk_py.server.limits import LINE_LIMIT as LINE_LIMIT
+from cmdstalk_py.server.limits import MAX_JOB_SIZE_CAP as MAX_JOB_SIZE_CAP
+from cmdstalk_py.server.limits import MAX_NAME as MAX_NAME
+
 #: Priorities below this count as urgent.
 URGENT_THRESHOLD = 1024
-#: Default and largest ``-z`` value.
-DEFAULT_MAX_JOB_SIZE = 65535
-MAX_JOB_SIZE_CAP = 1073741824
 
 U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF

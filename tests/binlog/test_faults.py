@@ -160,10 +160,14 @@ def test_fsync_failing_until_the_device_recovers(tmp_path: Path) -> None:
     with pytest.raises(BinlogSyncError, match="not durable"):
         log.sync()
     assert log.needs_sync
-    put(log, model, rng)  # the server keeps serving; writes still work
+    # Nothing more may go into the tainted segment, and no new one can be made durable:
+    # changes are refused (the server answers them with errors) until the disk recovers.
+    with pytest.raises(BinlogWriteError):
+        log.put(make_job(model.next_id, rng))
     with pytest.raises(BinlogSyncError):
         log.tick(1.0)
     ops.clear()
+    put(log, model, rng)
     log.tick(2.0)
     assert not log.needs_sync
     log.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 from pathlib import Path
 
@@ -89,3 +90,27 @@ def test_never_does_not_fsync(tmp_path: Path) -> None:
 def test_invalid_options_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         BinlogOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_maintenance_error_backs_off_and_is_retried(tmp_path: Path) -> None:
+    model = Model()
+    ops = FaultyOps(str(tmp_path))
+    opts = BinlogOptions(fsync_ms=None, segment_size=1024)
+    log = Binlog(str(tmp_path), opts, ops=ops, lookup=model.lookup)
+    rng = random.Random(6)
+    for _ in range(30):
+        model.step(log, rng, put_weight=1.0)
+    for jid in list(model.jobs):
+        log.delete(jid)
+    assert log.next_deadline() == 0.0  # old segments to remove
+    ops.inject("unlink", errno.EIO)
+    log.tick(5.0)
+    assert log.stats().segments > 1
+    assert log.next_deadline() == 6.0  # one second of back-off, then again
+    log.tick(5.5)
+    assert log.stats().segments > 1
+    log.tick(6.0)
+    while log.next_deadline() == 0.0:
+        log.tick(6.0)
+    assert log.stats().segments == 1
+    log.close()

@@ -262,7 +262,11 @@ class Binlog:
             if ms is not None:
                 due = self._last_sync + ms / 1000.0
         if self._maintenance_pending():
-            return 0.0
+            # Due at once, or when the back-off after a maintenance error ends.
+            after = self._maintenance_after
+            if after <= self._now:
+                return 0.0
+            return after if due is None else min(due, after)
         return due
 
     def tick(self, now: float) -> None:
@@ -293,7 +297,7 @@ class Binlog:
         )
 
     def _maintenance_pending(self) -> bool:
-        if self._closed or self._now < self._maintenance_after:
+        if self._closed:
             return False
         oldest = self._w.oldest()
         return removable(oldest.live, oldest is self._w.active) or self._compaction_due()

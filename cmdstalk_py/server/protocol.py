@@ -10,13 +10,47 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import NamedTuple
 
-# Re-exported: the parser's users read the limits from here.
+# Re-exported: the parser's users read the limits and command values from here.
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE as DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.limits import LINE_LIMIT as LINE_LIMIT
 from cmdstalk_py.server.limits import MAX_JOB_SIZE_CAP as MAX_JOB_SIZE_CAP
 from cmdstalk_py.server.limits import MAX_NAME as MAX_NAME
+from cmdstalk_py.server.verbs import LIST_TUBE_USED as LIST_TUBE_USED
+from cmdstalk_py.server.verbs import LIST_TUBES as LIST_TUBES
+from cmdstalk_py.server.verbs import LIST_TUBES_WATCHED as LIST_TUBES_WATCHED
+from cmdstalk_py.server.verbs import PEEK_BURIED as PEEK_BURIED
+from cmdstalk_py.server.verbs import PEEK_DELAYED as PEEK_DELAYED
+from cmdstalk_py.server.verbs import PEEK_READY as PEEK_READY
+from cmdstalk_py.server.verbs import QUIT as QUIT
+from cmdstalk_py.server.verbs import RESERVE as RESERVE
+from cmdstalk_py.server.verbs import STATS as STATS
+from cmdstalk_py.server.verbs import Bury as Bury
+from cmdstalk_py.server.verbs import Command as Command
+from cmdstalk_py.server.verbs import Delete as Delete
+from cmdstalk_py.server.verbs import Ignore as Ignore
+from cmdstalk_py.server.verbs import Kick as Kick
+from cmdstalk_py.server.verbs import KickJob as KickJob
+from cmdstalk_py.server.verbs import ListTubes as ListTubes
+from cmdstalk_py.server.verbs import ListTubesWatched as ListTubesWatched
+from cmdstalk_py.server.verbs import ListTubeUsed as ListTubeUsed
+from cmdstalk_py.server.verbs import PauseTube as PauseTube
+from cmdstalk_py.server.verbs import Peek as Peek
+from cmdstalk_py.server.verbs import PeekBuried as PeekBuried
+from cmdstalk_py.server.verbs import PeekDelayed as PeekDelayed
+from cmdstalk_py.server.verbs import PeekReady as PeekReady
+from cmdstalk_py.server.verbs import Put as Put
+from cmdstalk_py.server.verbs import Quit as Quit
+from cmdstalk_py.server.verbs import Rejected as Rejected
+from cmdstalk_py.server.verbs import Release as Release
+from cmdstalk_py.server.verbs import Reserve as Reserve
+from cmdstalk_py.server.verbs import ReserveJob as ReserveJob
+from cmdstalk_py.server.verbs import Stats as Stats
+from cmdstalk_py.server.verbs import StatsJob as StatsJob
+from cmdstalk_py.server.verbs import StatsTube as StatsTube
+from cmdstalk_py.server.verbs import Touch as Touch
+from cmdstalk_py.server.verbs import Use as Use
+from cmdstalk_py.server.verbs import Watch as Watch
 
 #: Priorities below this count as urgent.
 URGENT_THRESHOLD = 1024
@@ -124,199 +158,6 @@ def render_yaml_list(names: list[bytes]) -> bytes:
     """The ``list-tubes``/``list-tubes-watched`` YAML body."""
     return b"---\n" + b"".join(b"- %b\n" % n for n in names)
 
-
-# --------------------------------------------------------------------------------------
-# Commands: one immutable value per command.
-# --------------------------------------------------------------------------------------
-
-
-class Put(NamedTuple):
-    """``put``: the body (``size`` bytes + CRLF) follows on the wire."""
-
-    pri: int
-    delay: int
-    ttr: int
-    size: int
-
-
-class Reserve(NamedTuple):
-    """``reserve`` (``timeout`` -1) or ``reserve-with-timeout`` (``timeout`` >= 0 or -1)."""
-
-    timeout: int
-    with_timeout: bool
-
-
-class ReserveJob(NamedTuple):
-    """``reserve-job <id>``."""
-
-    id: int
-
-
-class Delete(NamedTuple):
-    """``delete <id>``."""
-
-    id: int
-
-
-class Release(NamedTuple):
-    """``release <id> <pri> <delay>``."""
-
-    id: int
-    pri: int
-    delay: int
-
-
-class Bury(NamedTuple):
-    """``bury <id> <pri>``."""
-
-    id: int
-    pri: int
-
-
-class Touch(NamedTuple):
-    """``touch <id>``."""
-
-    id: int
-
-
-class Use(NamedTuple):
-    """``use <tube>``."""
-
-    name: bytes
-
-
-class Watch(NamedTuple):
-    """``watch <tube>``."""
-
-    name: bytes
-
-
-class Ignore(NamedTuple):
-    """``ignore <tube>``."""
-
-    name: bytes
-
-
-class Peek(NamedTuple):
-    """``peek <id>``."""
-
-    id: int
-
-
-class PeekReady(NamedTuple):
-    """``peek-ready``."""
-
-
-class PeekDelayed(NamedTuple):
-    """``peek-delayed``."""
-
-
-class PeekBuried(NamedTuple):
-    """``peek-buried``."""
-
-
-class Kick(NamedTuple):
-    """``kick <bound>`` (bound already truncated to 32 bits)."""
-
-    bound: int
-
-
-class KickJob(NamedTuple):
-    """``kick-job <id>``."""
-
-    id: int
-
-
-class StatsJob(NamedTuple):
-    """``stats-job <id>``."""
-
-    id: int
-
-
-class StatsTube(NamedTuple):
-    """``stats-tube <tube>``."""
-
-    name: bytes
-
-
-class Stats(NamedTuple):
-    """``stats``."""
-
-
-class ListTubes(NamedTuple):
-    """``list-tubes``."""
-
-
-class ListTubeUsed(NamedTuple):
-    """``list-tube-used``."""
-
-
-class ListTubesWatched(NamedTuple):
-    """``list-tubes-watched``."""
-
-
-class PauseTube(NamedTuple):
-    """``pause-tube <tube> <delay>``."""
-
-    name: bytes
-    delay: int
-
-
-class Quit(NamedTuple):
-    """``quit``: close the connection."""
-
-
-class Rejected(NamedTuple):
-    """A line answered with an error without touching the queue.
-
-    ``counter`` names the ``cmd-*`` counter the line still increments (1.12 counts ``put``
-    once its numbers parse and ``pause-tube`` before validating it), ``skip`` is how many
-    bytes after the line must be read and thrown away before replying (JOB_TOO_BIG).
-    """
-
-    reply: bytes
-    counter: str | None = None
-    skip: int = 0
-
-
-Command = (
-    Put
-    | Reserve
-    | ReserveJob
-    | Delete
-    | Release
-    | Bury
-    | Touch
-    | Use
-    | Watch
-    | Ignore
-    | Peek
-    | PeekReady
-    | PeekDelayed
-    | PeekBuried
-    | Kick
-    | KickJob
-    | StatsJob
-    | StatsTube
-    | Stats
-    | ListTubes
-    | ListTubeUsed
-    | ListTubesWatched
-    | PauseTube
-    | Quit
-    | Rejected
-)
-
-# Argument-less commands are singletons: parsing them allocates nothing.
-RESERVE = Reserve(-1, False)
-PEEK_READY = PeekReady()
-PEEK_DELAYED = PeekDelayed()
-PEEK_BURIED = PeekBuried()
-STATS = Stats()
-LIST_TUBES = ListTubes()
-LIST_TUBE_USED = ListTubeUsed()
-LIST_TUBES_WATCHED = ListTubesWatched()
-QUIT = Quit()
 
 REJECT_BAD_FORMAT = Rejected(BAD_FORMAT)
 #: A parser gets the whole line, where its arguments start, and the ``-z`` limit.

@@ -10,7 +10,7 @@ EXTRAS ?= dev,spark,metrics
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

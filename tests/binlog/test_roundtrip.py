@@ -138,3 +138,22 @@ def test_file_of_names_the_segment_holding_the_job(tmp_path: Path) -> None:
         assert log.file_of(1) == 0
         stats = log.stats()
         assert (stats.oldest_index, stats.current_index, stats.live_jobs) == (1, 2, 1)
+
+
+def test_restarts_without_traffic_do_not_pile_up_segments(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    model = Model()
+    with reopen(tmp_path) as log:
+        rec = make_job(1, rng)
+        log.put(rec)  # one long-lived job pins the oldest segment
+        model.jobs[1] = rec
+        model.next_id = 2
+    for i in range(10):
+        with reopen(tmp_path) as log:
+            log.lookup = model.lookup
+            log.tick(float(i))
+            assert log.recovery.jobs == model.jobs
+            assert log.recovery.clean, log.recovery.problems
+            assert log.recovery.next_id == 2
+    names = sorted(n for n in os.listdir(tmp_path) if n.startswith("binlog."))
+    assert names == ["binlog.1", "binlog.11"]

@@ -38,7 +38,7 @@ from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
 from cmdstalk_py.server.binlog.lock import DirLock
 from cmdstalk_py.server.binlog.record import JobRecord
 from cmdstalk_py.server.binlog.recovery import RecoveryResult, recover
-from cmdstalk_py.server.binlog.segment import HOME_SHIFT
+from cmdstalk_py.server.binlog.segment import HOME_SHIFT, SegmentMeta
 from cmdstalk_py.server.binlog.writer import SegmentWriter
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
@@ -300,7 +300,11 @@ class Binlog:
         if self._closed:
             return False
         oldest = self._w.oldest()
-        return removable(oldest.live, oldest is self._w.active) or self._compaction_due()
+        return (
+            removable(oldest.live, oldest is self._w.active)
+            or bool(self._w.empty_sealed())
+            or self._compaction_due()
+        )
 
     def _maintain(self) -> None:
         w = self._w
@@ -311,12 +315,17 @@ class Binlog:
             # Copies out of this segment must be durable before it goes.
             if w.durable:
                 self.sync()
-            try:
-                w.remove_oldest()
-            except OSError as exc:
-                raise BinlogError(describe_oserror("cannot remove", oldest.path, exc)) from exc
+            self._remove(oldest)
+        for seg in w.empty_sealed()[:_UNLINKS_PER_TICK]:
+            self._remove(seg)
         if self._compaction_due():
             self.compact_step(self.options.compact_budget)
+
+    def _remove(self, seg: SegmentMeta) -> None:
+        try:
+            self._w.remove(seg)
+        except OSError as exc:
+            raise BinlogError(describe_oserror("cannot remove", seg.path, exc)) from exc
 
     def compact_step(self, budget: int) -> int:
         """Copy up to ``budget`` live jobs out of the oldest segment; returns the count.

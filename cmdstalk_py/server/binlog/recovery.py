@@ -313,16 +313,19 @@ def _replay_file(
         )
     meta = SegmentMeta(number, path, len(data))
     rp.segments[number] = meta
+    # Numbers may be skipped harmlessly: segments holding no record at all are removed
+    # from anywhere. Only when sequence numbers are missing too was something lost.
+    missing = ""
     if previous is not None and number != previous + 1:
-        rp.problem(
-            "missing", path, 0, 0, f"segment files {previous + 1}..{number - 1} are missing"
-        )
+        missing = f"segment files {previous + 1}..{number - 1} are missing"
     header = status.header
     if status.fault == "magic":
         rp.problem("bad-header", path, 0, 4, "file magic damaged, rest of the header intact")
     if header is None:
         detail = f"segment header unreadable ({status.fault})"
         rp.problem("bad-header", path, 0, HEADER_SIZE, detail)
+        if missing:
+            rp.problem("missing", path, 0, 0, missing)
     else:
         rp.id_floor = max(rp.id_floor, header.next_id)
         if previous is not None and header.base_seq > rp.last_seq + 1:
@@ -336,6 +339,8 @@ def _replay_file(
                 )  # fmt: skip
                 rp.last_seq = last
             else:
+                if missing:
+                    rp.problem("missing", path, 0, 0, missing)
                 _gap(rp, path, HEADER_SIZE, header.base_seq)
         elif previous is None:
             # The first segment: what came before it was compacted away, not lost.

@@ -229,27 +229,40 @@ class SegmentWriter:
         """Bytes in every segment (valid data and damage alike)."""
         return sum(seg.size for seg in self.segments.values())
 
-    def remove_oldest(self) -> None:
-        """Unlink the oldest segment (the caller checked it holds no live job).
+    def empty_sealed(self) -> list[SegmentMeta]:
+        """Segments other than the current one that hold no record at all.
+
+        Every start begins a new segment, so restarts without traffic leave these behind.
+        Removing one from anywhere is safe: it holds no DELETE, and its id floor and
+        sequence number are carried by every newer segment's header.
+        """
+        return [
+            seg
+            for seg in self.segments.values()
+            if seg.size == HEADER_SIZE and seg is not self.active
+        ]
+
+    def remove(self, seg: SegmentMeta) -> None:
+        """Unlink ``seg``: the oldest segment without live jobs, or an empty one.
 
         Each removal is made durable before the next: a file system may persist
         directory changes out of order, and a surviving older segment after a vanished
         newer one could resurrect a job whose DELETE was in the vanished one. Raises
         OSError.
         """
-        oldest = self.oldest()
-        assert oldest is not self.active and oldest.live == 0
+        assert seg is not self.active and seg.live == 0
+        assert seg is self.oldest() or seg.size == HEADER_SIZE
         if self._removal_unsynced and self.durable:
             self.ops.fsync_dir(self.directory)
             self._removal_unsynced = False
         with contextlib.suppress(FileNotFoundError):
-            self.ops.unlink(oldest.path)
-        del self.segments[oldest.number]
+            self.ops.unlink(seg.path)
+        del self.segments[seg.number]
         self._removal_unsynced = True
         if self.durable:
             self.ops.fsync_dir(self.directory)
             self._removal_unsynced = False
-        log.debug("binlog: removed %s", oldest.path)
+        log.debug("binlog: removed %s", seg.path)
 
     def close(self) -> None:
         """Cut any junk after the last record and close the current segment."""

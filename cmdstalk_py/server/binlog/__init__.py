@@ -3,8 +3,10 @@
 Modules: ``record`` (the persisted job and mutation payloads), ``frame`` (file header and
 record framing), ``fsops`` (injectable file operations), ``lock`` (one server per
 directory), ``segment`` (segment files and accounting), ``recovery`` (replay and repair),
-``compaction`` (when to reclaim space and why it is crash-safe), ``log`` (the ``Binlog``
-writer driven by the server's event loop).
+``compaction`` (when to reclaim space and why it is crash-safe), ``writer`` (appending
+and segment rotation), ``log`` (``Binlog``: the API, fsync policy and maintenance, driven
+by the server's event loop), ``adapter`` (``BinlogJournal``: the engine's ``Journal``
+hook; imported on its own so this package does not depend on the engine).
 
 Typical use by the server::
 

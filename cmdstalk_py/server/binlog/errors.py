@@ -73,12 +73,13 @@ def describe_oserror(action: str, path: str, exc: OSError) -> str:
 class Problem:
     """Something recovery found and dealt with; also logged as a warning.
 
-    ``kind`` is one of: ``torn-tail`` (newest segment cut at ``offset``, ``size`` bytes
-    dropped), ``corrupt`` (damaged bytes skipped in an older segment), ``bad-header``,
-    ``seq-gap`` (records ``detail`` are missing between files), ``abandoned`` (a segment
-    was given up after an I/O error, its missing records were re-logged), ``stale`` (records whose
-    sequence number was already applied were ignored), ``removed`` (an empty or torn new
-    segment was removed), ``tail-saved`` (the dropped bytes were kept in a side file).
+    ``kind``: ``torn-tail`` (newest segment cut at ``offset``, ``size`` bytes dropped),
+    ``tail-saved`` (those bytes kept in the side file ``file``), ``corrupt`` (damaged
+    bytes skipped in an older segment), ``bad-header``, ``seq-gap`` (records missing
+    before this point; ``detail`` says how many), ``missing`` (segment files missing in
+    the middle), ``abandoned`` (a segment given up after an I/O error; what it lacks was
+    re-logged), ``stale`` (records already applied were ignored), ``removed`` (an empty or
+    half-created newest segment was removed).
     """
 
     kind: str

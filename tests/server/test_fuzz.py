@@ -4,7 +4,10 @@
     long-lived bundled server: every byte it sends back is a well-formed reply, the
     fuzzing connection resynchronises after filler + CRLF, other connections are served
     meanwhile, and the server is still up at the end.
-(b) Random valid and invalid command sequences (tests/server/difftools/grammar.py) on up
+(b) The same kind of byte streams (minus the one timed reserve), sent in one write and
+    followed by a half-close, to a fresh real beanstalkd and a fresh bundled server: the
+    replies must be identical, framing quirks included.
+(c) Random valid and invalid command sequences (tests/server/difftools/grammar.py) on up
     to three connections, sent to a fresh real beanstalkd and a fresh bundled server:
     the normalised replies must be identical.
 
@@ -24,7 +27,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import beanstalkd_path, wait_until
 from tests.server.difftools import wire
-from tests.server.difftools.fuzzrun import UnitRun, play_stream, stats_of
+from tests.server.difftools.fuzzrun import UnitRun, play_stream, stats_of, stream_transcript
 from tests.server.difftools.grammar import (
     FUZZ_MAX_JOB_SIZE,
     STREAM_MAX_JOB_SIZE,
@@ -75,7 +78,7 @@ def round_trip(target: Target, tag: int) -> None:
         c.close()
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(stream=streams(), split=st.booleans())
 def test_random_byte_streams(stream_target: Target, stream: Stream, split: bool) -> None:
@@ -104,6 +107,20 @@ def test_random_byte_streams(stream_target: Target, stream: Stream, split: bool)
 def test_server_survives_the_streams(stream_target: Target) -> None:
     # Runs after the stream fuzz in file order; also meaningful on its own.
     round_trip(stream_target, -1)
+
+
+@needs_beanstalkd
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(stream=streams(timed=False))
+def test_byte_streams_match_beanstalkd(pool: ThreadPoolExecutor, stream: Stream) -> None:
+    with start("beanstalkd", STREAM_MAX_JOB_SIZE) as real, \
+            start(other_kind(), STREAM_MAX_JOB_SIZE) as other:
+        fa = pool.submit(stream_transcript, real, stream)
+        fb = pool.submit(stream_transcript, other, stream)
+        a, b = fa.result(), fb.result()
+    assert same_transcripts(a, b), side_by_side(a, b, "beanstalkd", other.kind)
+    assert a and a[-1][1] == "<eof>", a[-3:]
 
 
 @needs_beanstalkd

@@ -15,7 +15,7 @@ from tests.server.difftools.servers import Target
 
 # A reply to a command that cannot block arrives within milliseconds; past this we ask
 # the server (hidden stats) whether the connection is parked in a reserve.
-FIRST_LOOK = 0.25
+FIRST_LOOK = 0.1
 PATIENCE = 10.0
 
 
@@ -149,9 +149,9 @@ def play_stream(target: Target, observer: wire.Conn, stream: Stream, tag: int,
         replies: list[wire.Event] = []
         # A stream that announced a huge body may leave the server swallowing bytes for
         # good; then there is nothing to wait for beyond the replies already due.
-        deadline = time.monotonic() + (0.5 if stream.huge else PATIENCE)
+        deadline = time.monotonic() + (0.3 if stream.huge else PATIENCE)
         while time.monotonic() < deadline:
-            ev = conn.read(min(0.5, max(0.0, deadline - time.monotonic())))
+            ev = conn.read(min(0.1, max(0.0, deadline - time.monotonic())))
             if isinstance(ev, wire.Timeout):
                 if stats_of(observer)["current-waiting"] != "0":
                     conn.half_close()
@@ -164,5 +164,21 @@ def play_stream(target: Target, observer: wire.Conn, stream: Stream, tag: int,
             if not isinstance(ev, wire.Reply):
                 return StreamOutcome(replies, False, "eof" if isinstance(ev, wire.Eof) else "bad")
         return StreamOutcome(replies, False, "swallowing")
+    finally:
+        conn.close()
+
+
+def stream_transcript(target: Target, stream: Stream) -> list[tuple[str, str]]:
+    """Everything the server answers to ``stream`` (one write) followed by a half-close.
+
+    The half-close makes the end deterministic: a parked reserve answers TIMED_OUT, a
+    body that will never be complete is abandoned, and the server closes.
+    """
+    conn = _open(target)
+    try:
+        conn.send(stream.data)
+        conn.half_close()
+        ids, hidden = IdBook(), Counter[str]()
+        return [("0", render(ev, ids, hidden)) for ev in conn.read_until_eof(PATIENCE)]
     finally:
         conn.close()

@@ -265,7 +265,11 @@ class Stream:
 
 
 @st.composite
-def streams(draw: st.DrawFn) -> Stream:
+def streams(draw: st.DrawFn, timed: bool = True) -> Stream:
+    """Byte soup built from fragments; ``timed=False`` leaves out the 1-second timeout."""
+    blocking = [b"reserve\r\n", b"reserve-with-timeout -1\r\n", b"quit\r\n"]
+    if timed:
+        blocking.append(b"reserve-with-timeout 1\r\n")
     chunks: list[bytes] = []
     huge = False
     for _ in range(draw(st.integers(1, 12))):
@@ -288,8 +292,7 @@ def streams(draw: st.DrawFn) -> Stream:
             huge = huge or n <= U32_MAX
             chunk = b"put 0 0 1 %d\r\n" % n
         elif kind == 8:
-            chunk = draw(st.sampled_from([b"reserve\r\n", b"reserve-with-timeout -1\r\n",
-                                          b"reserve-with-timeout 1\r\n", b"quit\r\n"]))
+            chunk = draw(st.sampled_from(blocking))
         else:
             chunk = draw(st.binary(min_size=1, max_size=8)) + b"\r\n"
         chunks.append(chunk)

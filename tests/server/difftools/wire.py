@@ -8,6 +8,7 @@ error of the server and is reported as a ``Malformed`` reply rather than guessed
 
 from __future__ import annotations
 
+import contextlib
 import re
 import select
 import socket
@@ -113,7 +114,9 @@ class Conn:
         return True
 
     def half_close(self) -> None:
-        self.sock.shutdown(socket.SHUT_WR)
+        """Shut down our sending side (a no-op if the server already reset us)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
         self.sock.close()

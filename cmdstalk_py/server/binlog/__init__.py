@@ -29,7 +29,8 @@ from cmdstalk_py.server.binlog.errors import (
     Problem,
 )
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
-from cmdstalk_py.server.binlog.log import Binlog, BinlogOptions, BinlogStats, Lookup
+from cmdstalk_py.server.binlog.log import Binlog, Lookup
+from cmdstalk_py.server.binlog.options import BinlogOptions, BinlogStats
 from cmdstalk_py.server.binlog.record import JobRecord, JobState
 from cmdstalk_py.server.binlog.recovery import RecoveryResult
 

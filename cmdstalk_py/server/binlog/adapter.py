@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 
 from cmdstalk_py.server.binlog.errors import BinlogError, BinlogSyncError
-from cmdstalk_py.server.binlog.log import Binlog, BinlogOptions
+from cmdstalk_py.server.binlog.log import Binlog
+from cmdstalk_py.server.binlog.options import BinlogOptions
 from cmdstalk_py.server.binlog.record import JobRecord, JobState
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import BURIED, DELAYED, Job

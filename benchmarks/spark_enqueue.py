@@ -134,6 +134,7 @@ def main() -> None:
     n = args.jobs
     bodies = [body(i) for i in range(n)]
     samples: dict[str, list[float]] = {"spark data source": [], "greenstalk loop": [], "putter": []}
+    in_tasks: list[float] = []  # per data-source write: the slowest partition's put time
     t0 = time.perf_counter()
     with spark_session(args.master, "cmdstalk spark_enqueue benchmark") as spark:
         startup = time.perf_counter() - t0
@@ -157,7 +158,10 @@ def main() -> None:
         print(f"load average before: {os.getloadavg()}")
 
         def spark_write(address: str) -> None:
-            write_jobs(df, "bench", address)
+            summary = write_jobs(df, "bench", address)
+            slowest = max(p.seconds for p in summary.partitions)
+            in_tasks.append(slowest)
+            print(f"    (slowest partition's puts took {slowest:.2f} s)", flush=True)
 
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", flush=True)
@@ -186,6 +190,7 @@ def main() -> None:
                     "samples": samples,
                     "startup_s": startup,
                     "cold_first_write_s": cold,
+                    "slowest_partition_s": in_tasks,
                     "loadavg": os.getloadavg(),
                 },
                 indent=2,

@@ -220,13 +220,6 @@ class Connection:
         self.send(b"use %s\r\n" % check_tube(tube))
         self._reply(b"USING")
 
-    def put(self, body: bytes, priority: int, delay: int, ttr: int) -> int:
-        self.send(put_command(priority, delay, ttr, body))
-        reply = self._reply(b"INSERTED")
-        if reply is None:
-            raise UnexpectedReply("NOT_FOUND in reply to put")
-        return int(reply[0][1])
-
     def peek_buried(self) -> tuple[int, bytes] | None:
         """The head of the used tube's buried list (id, body), or None when it has none."""
         self.send(b"peek-buried\r\n")

@@ -244,3 +244,16 @@ def test_console_script_help_needs_no_jvm() -> None:
     assert out.returncode == 0, out.stderr
     for command in ("enqueue", "report", "export-buried", "requeue"):
         assert command in out.stdout
+
+
+def test_idempotency_key_is_the_body_sha256(spark: SparkSession) -> None:
+    import hashlib
+
+    from cmdstalk_py.spark.datasource import with_idempotency_key
+
+    text = spark.createDataFrame([("a",), ("é\r\n",)], "body string")
+    binary = spark.createDataFrame([(b"\x00\xff",)], "body binary")
+    for df in (text, binary):
+        for row in with_idempotency_key(df).collect():
+            raw = row["body"].encode() if isinstance(row["body"], str) else bytes(row["body"])
+            assert row["idempotency_key"] == "sha256:" + hashlib.sha256(raw).hexdigest()

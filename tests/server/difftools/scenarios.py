@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from tests.server.difftools import scenarios_blocking, scenarios_commands, scenarios_parsing
+from tests.server.difftools import (
+    scenarios_blocking,
+    scenarios_commands,
+    scenarios_parsing,
+    scenarios_stats,
+)
 from tests.server.difftools.steps import Scenario, ScenarioList
 
 
 def all_scenarios() -> list[Scenario]:
     """Every scenario, in a stable order (names are unique)."""
     s = ScenarioList()
-    for module in (scenarios_commands, scenarios_parsing, scenarios_blocking):
+    for module in (scenarios_commands, scenarios_stats, scenarios_parsing, scenarios_blocking):
         module.add(s)
     return s.items
 

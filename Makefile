@@ -26,8 +26,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check cmdstalk_py tests
 	$(VENV)/bin/mypy --strict
 
+# The quick start: bundled server in-process, example jobs, the supervisor until all are done.
 demo: $(STAMP)
-	@echo "make demo: not available yet (needs the bundled server and the supervisor)"; exit 1
+	$(PY) examples/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

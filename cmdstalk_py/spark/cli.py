@@ -25,7 +25,10 @@ def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
 
     # PySpark warns about pandas 3 on import; it works, and the warning is noise to users.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is None:
+        click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)
     with spark_session(ctx.obj["master"], app_name=f"cmdstalk-spark {app}") as spark:
         yield spark
 
@@ -85,8 +88,9 @@ def enqueue(
 ) -> None:
     """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
     from cmdstalk_py.spark.datasource import OVERRIDES, write_jobs
+    from cmdstalk_py.spark.progress import Progress
 
-    with _session(ctx, "enqueue") as spark:
+    with _session(ctx, "enqueue") as spark, Progress(spark):
         reader = spark.read
         if fmt == "csv":
             reader = reader.option("header", "true")
@@ -276,10 +280,9 @@ def drain_cmd(
     if events_path is None:
         events_path = f"cmdstalk-drain-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.jsonl"
 
-    def say(message: str) -> None:
-        click.echo(message, err=True)
+    from cmdstalk_py.spark.progress import Progress
 
-    with _session(ctx, "drain") as spark:
+    with _session(ctx, "drain") as spark, Progress(spark) as progress:
         summary = drain(
             spark,
             config,
@@ -287,6 +290,6 @@ def drain_cmd(
             max_jobs=max_jobs,
             idle_timeout=idle_timeout,
             events_path=events_path,
-            say=say,
+            say=progress.step,
         )
     click.echo("\n".join(summary.lines()))

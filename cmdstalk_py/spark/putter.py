@@ -197,22 +197,27 @@ class Putter:
             self._expect_tubes.append(self.default_tube)
             self._tube_sent = self.default_tube
         header = b"put %d %d %d " % (self.priority, self.delay, self.ttr)
-        # Rows per flush check: keeps each check's reply bound well inside the budget.
-        step = max(1, self.budget // (4 * MAX_PUT_REPLY))
         expect = self._expect
         total = 0
-        for start in range(0, len(bodies), step):
-            part = bodies[start : start + step]
+        i, n = 0, len(bodies)
+        while i < n:
+            # Rows that fit in this chunk: its replies take at most half the budget, its
+            # requests at most CHUNK_BYTES (checked per row: bodies may be large).
+            room = (self.budget // 2 - self._out_reply_bytes) // MAX_PUT_REPLY
+            end = min(n, i + max(1, room))
             out = self._out
-            for body in part:
+            start = i
+            while i < end and len(out) < CHUNK_BYTES:
+                body = bodies[i]
                 out += b"%s%d\r\n%s\r\n" % (header, len(body), body)
                 total += len(body)
-            expect.extend(range(self._next_row, self._next_row + len(part)))
-            self._next_row += len(part)
-            self._out_reply_bytes += MAX_PUT_REPLY * len(part)
+                i += 1
+            expect.extend(range(self._next_row, self._next_row + i - start))
+            self._next_row += i - start
+            self._out_reply_bytes += MAX_PUT_REPLY * (i - start)
             self._maybe_flush()
         tube = self.default_tube
-        self.stats.per_tube[tube] = self.stats.per_tube.get(tube, 0) + len(bodies)
+        self.stats.per_tube[tube] = self.stats.per_tube.get(tube, 0) + n
         self.stats.body_bytes += total
 
     def _queue(self, request: bytes, reply_bound: int) -> None:
@@ -228,7 +233,10 @@ class Putter:
         if not self._out:
             return
         # Read replies until the unsent requests' replies fit next to the unread ones.
-        while self._expect and self._inflight_reply_bytes + self._out_reply_bytes > self.budget:
+        while (
+            self._inflight_reply_bytes > 0
+            and self._inflight_reply_bytes + self._out_reply_bytes > self.budget
+        ):
             self._read_replies()
         try:
             self.sock.sendall(self._out)

@@ -175,3 +175,11 @@ def test_putter_reports_connection_loss_with_acknowledged_count() -> None:
     assert err.reply == "CONNECTION_LOST" and err.partition == 2
     assert err.acknowledged == 10 and err.row == 10
     assert "partition 2" in str(err) and "lost" in str(err)
+
+
+def test_putter_large_bodies_span_many_chunks(beanstalk: BeanstalkServer) -> None:
+    bodies = [bytes([i]) * 60_000 for i in range(40)]  # 2.4 MB: about ten 256 KiB sends
+    with Putter(beanstalk.address, tube="large") as put:
+        put.put_batch(bodies)
+        assert put.finish().body_bytes == 2_400_000
+    assert sorted(drain_tube(beanstalk.address, "large")) == sorted(bodies)

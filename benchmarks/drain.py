@@ -8,6 +8,8 @@ no queue. Targets: per-tube 1 ≥ 0.90 x raw, per-tube 4 ≥ 1.4 x raw.
 
 Workers measured (``--modes``):
 - ``cli``: the real ``cmdstalk`` CLI as a subprocess (the figure that counts);
+- ``broker``: the supervisor's ``Broker`` class in threads of this process (not by
+  default: it tells the broker's cost apart from the CLI process's);
 - ``loop``: a minimal reserve / stats-job / run_command / delete loop per thread inside
   this process (what a broker costs without the CLI around it);
 - ``spawn``: ``run_command`` in a plain loop, no queue (our process layer alone).
@@ -24,7 +26,8 @@ Two figures per worker kind and per-tube count:
 ``--profile`` runs one in-process loop worker under cProfile; ``--profile-cli N`` runs the
 CLI with ``--per-tube N`` with every thread under cProfile. Both print the top entries.
 
-Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--modes cli,loop]``
+Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--modes cli,loop]
+[--cli-arg=--log-level=warning]``
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ UNPAUSE_AFTER = 1  # seconds the tube stays paused once workers watch (pause-tub
 DRAIN_POLL = 0.01  # stats-tube polling while a full drain runs (seconds)
 BATCH_POLL = 0.001  # polling while a paired batch runs: batches are short
 WARMUP_JOBS = 20
+CLI_EXTRA_ARGS: list[str] = []  # --cli-arg, for experiments (e.g. --log-level=warning)
 
 Workers = Callable[[BeanstalkServer, str, int], AbstractContextManager[None]]
 
@@ -146,6 +150,29 @@ def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[Non
             thread.join()
 
 
+@contextmanager
+def broker_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
+    """The supervisor's own ``Broker`` class, ``count`` threads in this process.
+
+    Tells the cost of the broker apart from that of the CLI process around it.
+    """
+    from cmdstalk_py.broker import Broker
+    from cmdstalk_py.config import Config
+
+    config = Config(cmd=CMD, host=server.host, port=server.port, tubes=(tube,))
+    stop = threading.Event()
+    brokers = [Broker(config, tube, slot, stop=stop) for slot in range(count)]
+    threads = [threading.Thread(target=broker.run, args=(stop,)) for broker in brokers]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
 def cli_argv(profile_to: Path | None = None) -> list[str]:
     """The cmdstalk CLI; with ``profile_to``, every thread of it runs under cProfile."""
     if profile_to is None:
@@ -197,7 +224,7 @@ def cli_workers(
 ) -> Iterator[None]:
     """The real CLI serving ``tube`` with ``per_tube`` brokers until the block ends."""
     argv = [*cli_argv(profile_to), "--address", server.address, "--tubes", tube]
-    argv += ["--per-tube", str(per_tube), "--cmd", CMD]
+    argv += ["--per-tube", str(per_tube), "--cmd", CMD, *CLI_EXTRA_ARGS]
     # Default log level: a user's cmdstalk logs every job, so the benchmark does too.
     proc = subprocess.Popen(
         argv,
@@ -416,12 +443,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=50, help="jobs per paired batch")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="300 jobs, one round")
-    parser.add_argument("--modes", default="cli,loop,spawn", help="subset of cli,loop,spawn")
+    parser.add_argument("--modes", default="cli,loop,spawn", help="subset of cli,broker,loop,spawn")
     parser.add_argument("--profile", action="store_true", help="cProfile a loop worker")
     parser.add_argument(
         "--profile-cli", type=int, metavar="PER_TUBE", help="cProfile the CLI (all threads)"
     )
+    parser.add_argument("--per-tube", default="1,4", help="worker counts to measure")
+    parser.add_argument(
+        "--cli-arg", action="append", default=[], help="extra argument for cmdstalk (repeatable)"
+    )
     args = parser.parse_args()
+    CLI_EXTRA_ARGS.extend(args.cli_arg)
+    counts = [int(n) for n in args.per_tube.split(",")]
     jobs, repeat, batch = (300, 1, 30) if args.quick else (args.jobs, args.repeat, args.batch)
     modes = set(args.modes.split(","))
     if "cli" in modes and not cli_available():
@@ -451,6 +484,8 @@ def main() -> None:
         kinds: list[tuple[str, Workers]] = []
         if "cli" in modes:
             kinds.append(("cli", cli_workers))
+        if "broker" in modes:
+            kinds.append(("broker", broker_workers))
         if "loop" in modes:
             kinds.append(("loop", loop_workers))
         for round_no in range(repeat):
@@ -461,7 +496,7 @@ def main() -> None:
                 record("spawn paired", spawn_rate, ratio)
                 record("raw", raw_rate)
             for name, workers in kinds:
-                for count in (1, 4):
+                for count in counts:
                     record(f"{name}/{count} drain", drain(server, workers, count, jobs))
                     queue_rate, raw_rate, ratio = paired(server, workers, count, jobs, batch)
                     record(f"{name}/{count} paired", queue_rate, ratio)

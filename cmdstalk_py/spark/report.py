@@ -192,6 +192,15 @@ class ReportFiles:
     tubes_csv: Path
 
 
+def _small_table(df: DataFrame) -> Any:
+    """A small result (tubes x windows) as a pandas DataFrame, built from collected rows:
+    PySpark's own toPandas does not fully support pandas 3 yet and warns on every call.
+    Typed Any: pandas ships no type information."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    return pd.DataFrame.from_records([r.asDict() for r in df.collect()], columns=df.columns)
+
+
 def build_report(
     spark: SparkSession,
     events_paths: str | list[str],
@@ -222,9 +231,8 @@ def build_report(
     say(f"computing {window.label} windows per tube")
     windows = window_metrics(events, window).cache()
     windows.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "windows"))
-    # Small tables (tubes x windows): pandas from here on. Typed Any: pandas has no stubs.
-    windows_pdf: Any = windows.select(*SUMMARY_COLUMNS).orderBy("tube", "window_start").toPandas()
-    totals_pdf: Any = tube_totals(events).select(*TOTAL_COLUMNS).orderBy("tube").toPandas()
+    windows_pdf = _small_table(windows.select(*SUMMARY_COLUMNS).orderBy("tube", "window_start"))
+    totals_pdf = _small_table(tube_totals(events).select(*TOTAL_COLUMNS).orderBy("tube"))
     summary_csv = out_dir / "summary.csv"
     tubes_csv = out_dir / "tubes.csv"
     windows_pdf.to_csv(summary_csv, index=False)

@@ -133,6 +133,10 @@ class Broker:
             observer=self._observer,
         )
         self._idle_since = time.monotonic()
+        # interrupt() may cut a reserve short, never a job: the flag says which one we are in.
+        self._reserve_lock = threading.Lock()
+        self._in_reserve = False
+        self._interrupted = False
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -188,17 +192,33 @@ class Broker:
         client = self.connection.client()
         if not self._budget.take():
             return None
+        with self._reserve_lock:
+            if self._stop.is_set():
+                self._budget.give_back()
+                return None
+            self._in_reserve = True
+        job: Job | None = None
+        error: BaseException | None = None
         try:
-            job: Job = client.reserve(self.config.reserve_timeout)
-        except greenstalk.TimedOutError:
-            self._budget.give_back()
-            return None
-        except greenstalk.DeadlineSoonError:  # cannot happen: we hold no other job
-            self._budget.give_back()
-            return None
+            job = client.reserve(self.config.reserve_timeout)
+        except (greenstalk.TimedOutError, greenstalk.DeadlineSoonError):
+            pass  # DEADLINE_SOON cannot happen: we hold no other job
         except CONNECTION_ERRORS as e:
+            error = e
+        finally:
+            with self._reserve_lock:
+                self._in_reserve = False
+                interrupted, self._interrupted = self._interrupted, False
+        if interrupted:
+            # Shutdown cut the reserve short; a job it may just have reserved went back to
+            # the server with the connection, unrun and uncounted.
             self._budget.give_back()
-            self.connection.drop(e)
+            self.connection.drop()
+            return None
+        if job is None:
+            self._budget.give_back()
+            if error is not None:
+                self.connection.drop(error)
             return None
         reserved_at = time.monotonic()
         started_at = time.time()
@@ -213,6 +233,15 @@ class Broker:
         self._budget.finish()
         self._observer.job_finished(result)
         return result
+
+    def interrupt(self) -> None:
+        """Wake a broker blocked in reserve so it sees the stop event now, not within the
+        reserve timeout. A broker running a job is left alone. Thread-safe.
+        """
+        with self._reserve_lock:
+            if self._in_reserve:
+                self._interrupted = True
+                self.connection.abort()
 
     # -- one job --------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ class Connection:
         self._max_wait = max_wait
         self._observer = observer or Observer()
         self._client: Client | None = None
+        self._sock: socket.socket | None = None
         self._ever_connected = False
         self.connected = threading.Event()  # set while a connection is up
 
@@ -115,10 +116,22 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             watch = self._watch if self._watch is not None else greenstalk.DEFAULT_TUBE
             use = self._use if self._use is not None else greenstalk.DEFAULT_TUBE
-            return greenstalk.Client(sock, encoding=None, use=use, watch=watch)
+            client = greenstalk.Client(sock, encoding=None, use=use, watch=watch)
         except BaseException:
             sock.close()
             raise
+        self._sock = sock
+        return client
+
+    def abort(self) -> None:
+        """Cut the connection under a blocked call (from another thread): it fails at once.
+
+        The server sees the connection close and takes back any job reserved on it.
+        """
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _log_failure(self, state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -135,6 +148,7 @@ class Connection:
     def drop(self, reason: object = None) -> None:
         """Forget the current connection (it failed); the next ``client()`` reconnects."""
         client, self._client = self._client, None
+        self._sock = None
         self.connected.clear()
         if client is None:
             return
@@ -146,6 +160,7 @@ class Connection:
     def close(self) -> None:
         """Close the connection for good (on shutdown)."""
         client, self._client = self._client, None
+        self._sock = None
         self.connected.clear()
         if client is not None:
             with contextlib.suppress(OSError):

@@ -76,6 +76,11 @@ class Dispatcher:
             initial = list(self._initial)
         return all(b.connection.connected.is_set() for b in initial)
 
+    def interrupt_idle(self) -> None:
+        """Cut short the reserves of idle brokers (after ``stop`` was set)."""
+        for broker in self.brokers():
+            broker.interrupt()
+
     def running(self) -> int:
         """How many broker threads (plus discovery) are still alive."""
         with self._lock:

@@ -165,6 +165,7 @@ class Supervisor:
         self.state = State.DRAINING
         self._drain_started = now
         self.stop_reserving.set()
+        self.dispatcher.interrupt_idle()
         self.observer.stopping()
 
     def _drain_wakeups(self) -> None:

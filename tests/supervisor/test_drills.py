@@ -33,6 +33,15 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _describe(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        parent = psutil.Process(p.ppid())
+        return f"{p.status()} parent={parent.pid} {parent.name()} {parent.cmdline()[:4]}"
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
 def test_command_ignoring_sigterm_is_sigkilled(beanstalk: BeanstalkServer) -> None:
     producer = beanstalk.client(use="stubborn")
     job_id = producer.put(b"", ttr=2)
@@ -124,7 +133,18 @@ def test_descendants_are_killed_and_reaped(beanstalk: BeanstalkServer, tmp_path:
         assert (record["job_id"], record["outcome"]) == (job_id, "timeout_buried")
         listed = [int(p) for p in pids.read_text().split()]
         assert len(listed) == 3
-        wait_until(lambda: all(_gone(p) for p in listed), 10, message="no process left")
+        seen: dict[int, str] = {}
+
+        def all_gone() -> bool:
+            for p in listed:
+                if not _gone(p):
+                    seen[p] = _describe(p)
+            return all(_gone(p) for p in listed)
+
+        try:
+            wait_until(all_gone, 10, message="no process left")
+        except AssertionError:
+            raise AssertionError(f"left: {seen} of {listed}") from None
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import greenstalk
 import pytest
 
 from cmdstalk_py.results import Outcome
@@ -181,3 +182,29 @@ def test_ready_waits_for_the_server(tmp_path: object) -> None:
         sup.request_stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_stop_interrupts_idle_reserves(beanstalk: BeanstalkServer) -> None:
+    # Reserve timeout 60 s: without the interrupt, idle brokers would hold shutdown for it.
+    with supervising(beanstalk, "true", tubes=("idle",), per_tube=3, reserve_timeout=60) as run:
+        wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
+        wait_until(
+            lambda: beanstalk.client().stats_tube("idle")["current-waiting"] == 3,
+            10,
+            message="3 brokers waiting in reserve",
+        )
+        started = time.monotonic()
+        run.supervisor.request_stop()
+        run.thread.join(20)
+        assert not run.thread.is_alive()
+        assert time.monotonic() - started < 10
+    assert run.collector.results == []
+    check = beanstalk.client()
+
+    def unwatched() -> bool:
+        try:
+            return check.stats_tube("idle")["current-watching"] == 0
+        except greenstalk.NotFoundError:  # an empty tube nobody watches is dropped
+            return True
+
+    wait_until(unwatched, 10, message="brokers gone")

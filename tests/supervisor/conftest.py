@@ -33,13 +33,27 @@ class Collector(Observer):
         self.results: list[JobResult] = []
         self.kills: list[tuple[str, str]] = []
         self.reconnects: list[tuple[str, str]] = []
+        self.busy: list[tuple[str, int, bool]] = []
+        self.waits: list[tuple[str, float]] = []
         self.ready_calls = 0
         self.stopping_calls = 0
+        self.heartbeats = 0
         self.closed = False
 
     def job_finished(self, result: JobResult) -> None:
         with self._lock:
             self.results.append(result)
+
+    def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
+        with self._lock:
+            self.busy.append((tube, slot, busy))
+
+    def reserve_waited(self, tube: str, seconds: float) -> None:
+        with self._lock:
+            self.waits.append((tube, seconds))
+
+    def heartbeat(self) -> None:
+        self.heartbeats += 1
 
     def process_killed(self, tube: str, signal_name: str) -> None:
         with self._lock:

@@ -25,6 +25,8 @@ def test_success_deletes_and_captures_output(beanstalk: BeanstalkServer) -> None
     assert (result.tube, result.slot, result.priority, result.ttr) == ("go", 0, 5, 30)
     assert result.payload_bytes == 11
     assert seen.results == [result]
+    assert seen.busy == [("go", 0, True), ("go", 0, False)]
+    assert [tube for tube, _ in seen.waits] == ["go"]
     with pytest.raises(greenstalk.NotFoundError):
         producer.stats_job(job_id)
 

@@ -81,6 +81,7 @@ def test_graceful_stop_lets_running_jobs_finish(beanstalk: BeanstalkServer) -> N
         assert [(r.outcome, r.stdout_tail) for r in results] == [(Outcome.DELETED, "done\n")] * 2
         assert run.supervisor.state is State.STOPPED
         assert run.collector.stopping_calls == 1 and run.collector.closed
+        assert run.collector.heartbeats >= 1
     stats = producer.stats_tube("grace")
     assert (stats["current-jobs-ready"], stats["current-jobs-reserved"]) == (2, 0)
     assert len(ids) == 4

@@ -22,10 +22,11 @@ PUT_WINDOW = 2000
 # Reserves in flight per draining connection.
 DRAIN_WINDOW = 64
 DRAIN_CONNS = 4
-# Connections per load-generator process for multi-client cycles: one process driving all
-# 16 clients through epoll was measured best on 2 cores (more processes only added context
-# switches); see `server.py --saturation`.
-CYCLE_CONNS_PER_PROC = 16
+# Connections per load-generator process for multi-client cycles (epoll in each process).
+# On the shared 2-core machine, 4 processes x 4 clients kept both servers 95-100 % busy;
+# 1 x 16 left beanstalkd idle 10-20 % of the time once other work competed for the CPUs.
+# See `server.py --saturation`.
+CYCLE_CONNS_PER_PROC = 4
 
 
 @dataclass(frozen=True)

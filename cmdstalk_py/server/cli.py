@@ -17,6 +17,9 @@ from cmdstalk_py.server import limits as p
 
 DEFAULT_PORT = 11300
 VERSION = "1.12"
+DEFAULT_FSYNC_MS = 50
+#: beanstalkd's default ``-s`` (kept here: the binlog package is not imported without -b).
+DEFAULT_SEGMENT_SIZE = 10485760
 
 _DESCRIPTION = """\
 A beanstalkd 1.12-compatible work queue server.
@@ -68,10 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"maximum job size in bytes (default {p.DEFAULT_MAX_JOB_SIZE}, "
                     f"at most {p.MAX_JOB_SIZE_CAP})")
     ap.add_argument("-b", dest="binlog_dir", metavar="DIR",
-                    help="write-ahead log directory (not available yet)")
-    ap.add_argument("-f", dest="fsync_ms", metavar="MS", help="fsync interval (needs -b)")
-    ap.add_argument("-F", dest="no_fsync", action="store_true", help="never fsync (needs -b)")
-    ap.add_argument("-s", dest="binlog_size", metavar="BYTES", help="binlog file size (needs -b)")
+                    help="write-ahead log directory: jobs survive restarts and crashes")
+    # -f and -F share one destination: the last one given wins, as in beanstalkd.
+    ap.add_argument("-f", dest="fsync_ms", metavar="MS", type=_positive_int,
+                    default=DEFAULT_FSYNC_MS,
+                    help=f"fsync at most once every MS milliseconds (default "
+                    f"{DEFAULT_FSYNC_MS}); -f 0: fsync before every reply that changes state")
+    ap.add_argument("-F", dest="fsync_ms", action="store_const", const=None,
+                    help="never fsync")
+    ap.add_argument("-s", dest="binlog_size", metavar="BYTES", type=_positive_int,
+                    default=DEFAULT_SEGMENT_SIZE,
+                    help=f"size of each binlog file (default {DEFAULT_SEGMENT_SIZE})")
     ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
     ap.add_argument("-v", dest="version", action="store_true", help="show version and exit")
     ap.add_argument("-h", "--help", action="help", help="show this help and exit")
@@ -131,14 +141,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.version:
         print(f"cmdstalk-server {VERSION}")
         return
-    durability = [flag for flag, value in (("-b", args.binlog_dir), ("-f", args.fsync_ms),
-                  ("-F", args.no_fsync), ("-s", args.binlog_size)) if value]
-    if durability:
-        sys.stderr.write(
-            f"cmdstalk-server: {' '.join(durability)}: the binlog (persistence) is not "
-            "available yet; refusing to run in memory only\n"
-        )
-        raise SystemExit(2)
     max_job_size = args.max_job_size
     if max_job_size > p.MAX_JOB_SIZE_CAP:
         sys.stderr.write(f"cmdstalk-server: maximum job size was set to {p.MAX_JOB_SIZE_CAP}\n")
@@ -153,4 +155,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # meanwhile wait in the backlog instead of getting "connection refused".
     from cmdstalk_py.server.run import serve
 
-    raise SystemExit(serve(sock, max_job_size, early, args.verbose))
+    durable = None
+    if args.binlog_dir:
+        from cmdstalk_py.server.durable import DurableConfig
+
+        durable = DurableConfig(args.binlog_dir, args.fsync_ms, args.binlog_size)
+    raise SystemExit(serve(sock, max_job_size, early, args.verbose, durable, args.binlog_size))

@@ -2,26 +2,45 @@
 
     with EmbeddedServer() as srv:          # 127.0.0.1, a free port
         host, port = srv.address
+
+    with EmbeddedServer(binlog_dir="/var/lib/q", fsync_ms=0) as srv:   # durable, -b -f 0
+        ...
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine
-from cmdstalk_py.server.journal import Journal
+from cmdstalk_py.server.journal import DurableJournal, Journal, NullJournal
 from cmdstalk_py.server.net import Server
+
+if TYPE_CHECKING:
+    from cmdstalk_py.server.binlog.adapter import BinlogJournal
+    from cmdstalk_py.server.binlog.fsops import FileOps
+
+#: beanstalkd's default ``-s``.
+DEFAULT_SEGMENT_SIZE = 10485760
 
 
 class EmbeddedServer:
     """A beanstalkd-compatible server on its own event-loop thread.
 
     Options: ``max_job_size`` (``-z``), ``unix_path`` (also listen on a unix socket),
-    ``journal`` (a durability hook, see :mod:`cmdstalk_py.server.journal`).
+    ``journal`` (an in-memory hook, see :mod:`cmdstalk_py.server.journal`).
+
+    Durability, as ``cmdstalk-server -b DIR -f MS -F -s BYTES``: ``binlog_dir`` (``-b``;
+    locked and recovered by :meth:`start`, which raises
+    :class:`~cmdstalk_py.server.binlog.BinlogError` when it cannot be used, e.g. another
+    server holds it), ``fsync_ms`` (``-f``, default 50; 0 = fsync before every reply that
+    changes state), ``fsync_never`` (``-F``), ``segment_size`` (``-s``; also shown by
+    ``stats`` without a binlog). ``file_ops`` replaces the binlog's file operations (fault
+    injection in tests).
     """
 
     def __init__(
@@ -32,12 +51,25 @@ class EmbeddedServer:
         max_job_size: int = p.DEFAULT_MAX_JOB_SIZE,
         unix_path: str | None = None,
         journal: Journal | None = None,
+        binlog_dir: str | None = None,
+        fsync_ms: int = 50,
+        fsync_never: bool = False,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        file_ops: FileOps | None = None,
     ) -> None:
+        if fsync_ms < 0:
+            raise ValueError("fsync_ms must be >= 0")
+        if journal is not None and binlog_dir is not None:
+            raise ValueError("journal and binlog_dir exclude each other")
         self.host = host
         self.port = port
         self.max_job_size = max_job_size
         self.unix_path = unix_path
         self.journal = journal
+        self.binlog_dir = binlog_dir
+        self.fsync_ms: int | None = None if fsync_never else fsync_ms
+        self.segment_size = segment_size
+        self.file_ops = file_ops
         self._address: tuple[str, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
@@ -119,25 +151,44 @@ class EmbeddedServer:
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
+        durable: BinlogJournal | None = None
         try:
-            engine = Engine(loop.time(), self.max_job_size, self.journal)
-            server = Server(engine, loop)
+            if self.binlog_dir is not None:
+                durable = self._open_binlog(self.binlog_dir)
+            journal = durable or self.journal or NullJournal(self.segment_size)
+            engine = Engine(loop.time(), self.max_job_size, journal)
+            if durable is not None:
+                from cmdstalk_py.server.durable import restore
+
+                restore(durable, engine, loop.time())
+            server = Server(engine, loop, durable)
             self._server = server
             self._address = loop.run_until_complete(server.listen_tcp(self.host, self.port))
             if self.unix_path:
                 loop.run_until_complete(server.listen_unix(self.unix_path))
         except BaseException as exc:
             self._error = exc
-            self._close_loop(loop, None)
+            self._close_loop(loop, None, durable)
             self._ready.set()
             return
         self._ready.set()
         try:
             loop.run_forever()
         finally:
-            self._close_loop(loop, server)
+            self._close_loop(loop, server, durable)
 
-    def _close_loop(self, loop: asyncio.AbstractEventLoop, server: Server | None) -> None:
+    def _open_binlog(self, directory: str) -> BinlogJournal:
+        from cmdstalk_py.server.durable import DurableConfig, open_journal
+
+        config = DurableConfig(directory, self.fsync_ms, self.segment_size)
+        return open_journal(config, self.file_ops)
+
+    def _close_loop(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        server: Server | None,
+        durable: DurableJournal | None,
+    ) -> None:
         try:
             if server is not None:
                 server.close()
@@ -153,3 +204,15 @@ class EmbeddedServer:
             loop.close()
             self._loop = None
             self._server = None
+            if durable is not None:
+                _close_journal(durable)
+
+
+def _close_journal(journal: DurableJournal) -> None:
+    # stop() runs in finally blocks and __exit__: report, do not raise.
+    from cmdstalk_py.server.binlog import BinlogError
+
+    try:
+        journal.close()
+    except BinlogError as exc:
+        logging.getLogger("cmdstalk_py.server.binlog").error("closing the binlog: %s", exc)

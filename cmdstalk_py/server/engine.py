@@ -345,6 +345,8 @@ class Engine:
             elif kind == _DELAY:
                 if obj.state is DELAYED and obj.deadline == when:
                     obj.tube.delayed.remove(obj)
+                    # DELAYED -> READY: journaled as ready, not as a delay that ran out.
+                    obj.state = READY
                     self._journal_quietly(obj)
                     self._make_ready(obj, now)
             elif kind == _PAUSE:

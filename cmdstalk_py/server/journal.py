@@ -40,6 +40,37 @@ class Journal(Protocol):
         ...
 
 
+class DurableJournal(Journal, Protocol):
+    """A journal that writes to disk and must be driven by the event loop (``-b``).
+
+    The network layer calls :meth:`tick` after the commands of a loop iteration ran (and,
+    with ``sync_each``, before their replies go out), arms its timer at
+    :meth:`next_deadline`, and while ``sync_each`` and :attr:`needs_sync` holds every reply
+    back until a tick made the changes durable.
+    """
+
+    @property
+    def sync_each(self) -> bool:
+        """``-f 0``: no reply may leave before the changes it follows are on disk."""
+        ...
+
+    @property
+    def needs_sync(self) -> bool:
+        """Changes were written that are not durable yet."""
+        ...
+
+    def tick(self, now: float) -> bool:
+        """fsync if due, then a bounded step of maintenance; False if the fsync failed."""
+        ...
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` is next due (on the engine's clock), None when never."""
+        ...
+
+    def close(self) -> None:
+        """Make pending changes durable (unless never) and release the files."""
+
+
 class NullJournal:
     """The in-memory default: records nothing, never fails."""
 

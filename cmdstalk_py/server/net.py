@@ -4,8 +4,14 @@ Framing follows 1.12 exactly (docs §1): a line ends at the first ``\\r`` if ``\
 follows it, within a 224-byte window; a full window without one is thrown away and the
 input discarded up to the next CRLF (BAD_FORMAT). Replies to one batch of input are
 written with one ``transport.write``. A blocked reserve holds the connection's later
-commands until it is answered. One loop timer, re-armed to the engine's next deadline,
-drives every timeout.
+commands until it is answered. One loop timer, re-armed to the earlier of the engine's and
+the journal's next deadlines, drives every timeout and every binlog fsync.
+
+With a binlog in ``-f 0`` mode nothing is acknowledged before it is durable: every reply
+goes through ``Connection._send``, which holds it back while the journal has changes not
+yet on disk. One journal tick per loop iteration (``call_soon``) then makes every change
+of that iteration durable with one fsync (a group commit over all connections) and writes
+the held replies, in order. A failed fsync keeps them held and is retried.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine
+from cmdstalk_py.server.journal import DurableJournal
 from cmdstalk_py.server.session import Session
 
 _CMD = 0  # reading a command line
@@ -35,6 +42,8 @@ INPUT_LIMIT = 1 << 20
 _FLUSH_AT = 1 << 18
 #: Write buffer high-water mark; above it the connection stops processing input.
 WRITE_HIGH = 1 << 20
+#: Seconds before a journal tick whose fsync failed is tried again.
+SYNC_RETRY = 0.2
 
 _Put = p.Put
 _Rejected = p.Rejected
@@ -46,7 +55,12 @@ _clock = time.monotonic
 class Server:
     """Listeners, connections and the single timer around one :class:`Engine`."""
 
-    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        loop: asyncio.AbstractEventLoop,
+        durable: DurableJournal | None = None,
+    ) -> None:
         self.engine = engine
         self.loop = loop
         self.connections: set[Connection] = set()
@@ -54,6 +68,15 @@ class Server:
         self.unix_paths: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        #: The binlog, driven from here: ticks, fsync timer, held replies (``-f 0``).
+        self.durable = durable
+        self.sync_each = durable is not None and durable.sync_each
+        #: Connections with replies held until the next journal tick, in arrival order.
+        self.holders: dict[Connection, None] = {}
+        self._tick_scheduled = False
+        self._journal_not_before = float("-inf")
+        # Timers of recovered jobs, and a journal tick if maintenance is due.
+        self.after_batch()
 
     async def listen_tcp(self, host: str, port: int) -> tuple[str, int]:
         """Listen on ``host:port`` (0: any free port); returns the bound address."""
@@ -110,7 +133,7 @@ class Server:
     # ---------------------------------------------------------------- the timer
 
     def after_batch(self) -> None:
-        """Send queued deliveries, then re-arm the timer to the engine's next deadline."""
+        """Send queued deliveries, schedule a due journal tick, re-arm the timer."""
         engine = self.engine
         if engine.deliveries:
             for session, reply in engine.take_deliveries():
@@ -118,6 +141,19 @@ class Server:
                 conn.deliver(reply)
         alarms = engine.alarms
         when = alarms[0][0] if alarms else None
+        durable = self.durable
+        if durable is not None and not self._tick_scheduled:
+            due = durable.next_deadline()
+            if due is not None:
+                if due < self._journal_not_before:
+                    due = self._journal_not_before
+                if due <= self.loop.time():
+                    # Once per loop iteration, after every connection that had input in it:
+                    # with -f 0 this one fsync is the group commit of all of them.
+                    self._tick_scheduled = True
+                    self.loop.call_soon(self._journal_tick)
+                elif when is None or due < when:
+                    when = due
         if when != self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
@@ -128,6 +164,23 @@ class Server:
         self._timer = None
         self._timer_at = None
         self.engine.tick(self.loop.time())
+        self.after_batch()
+
+    def _journal_tick(self) -> None:
+        self._tick_scheduled = False
+        durable = self.durable
+        assert durable is not None
+        now = self.loop.time()
+        if durable.tick(now):
+            # Everything written before this tick is durable now (later compaction copies
+            # may make the journal dirty again; they acknowledge nothing).
+            if self.holders:
+                holders = self.holders
+                self.holders = {}
+                for conn in holders:
+                    conn.release_held()
+        else:
+            self._journal_not_before = now + SYNC_RETRY
         self.after_batch()
 
 
@@ -152,6 +205,11 @@ class Connection(asyncio.Protocol):
         self.eof = False
         self.closing = False
         self.resume_scheduled = False
+        # -f 0: replies waiting for the journal's next fsync (see Server._journal_tick).
+        self.held: list[bytes] = []
+        self.held_size = 0
+        self.transport_paused = False  # the transport's own flow control
+        self.close_when_sent = False  # quit/EOF while replies were held
 
     # ---------------------------------------------------------------- asyncio callbacks
 
@@ -169,16 +227,21 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
+        self.server.holders.pop(self, None)
+        self.held = []
         self.engine.disconnect(self.session, self.server.loop.time())
         self.parts = []
         self.server.after_batch()
 
     def pause_writing(self) -> None:
+        self.transport_paused = True
         self.write_paused = True
 
     def resume_writing(self) -> None:
-        self.write_paused = False
-        self._schedule_resume()
+        self.transport_paused = False
+        if self.held_size <= WRITE_HIGH:
+            self.write_paused = False
+            self._schedule_resume()
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -186,7 +249,7 @@ class Connection(asyncio.Protocol):
             reply = self.engine.abort_wait(self.session)
             self.blocked = False
             if reply is not None:
-                self.transport.write(reply)
+                self._send(reply)
         if not self.write_paused:
             self._resume()
         # Keep the transport open: replies still go out before we close it.
@@ -227,6 +290,44 @@ class Connection(asyncio.Protocol):
         self.parts_len = 0
         self._answer([], data)
 
+    # ---------------------------------------------------------------- replies
+
+    def _send(self, data: bytes) -> None:
+        """The one way out for replies: written now, or held until the journal syncs."""
+        server = self.server
+        if server.sync_each and (self.held or server.durable.needs_sync):  # type: ignore[union-attr]
+            if not self.held:
+                server.holders[self] = None
+            self.held.append(data)
+            self.held_size += len(data)
+            if self.held_size > WRITE_HIGH:
+                # Bound what one connection can pile up while the disk is slow or failing.
+                self.write_paused = True
+        else:
+            self.transport.write(data)
+
+    def release_held(self) -> None:
+        """The journal synced: write the held replies (and close if that was asked)."""
+        data = b"".join(self.held)
+        self.held = []
+        self.held_size = 0
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        if self.close_when_sent:
+            self.transport.close()
+        elif self.write_paused and not self.transport_paused:
+            self.write_paused = False
+            self._schedule_resume()
+
+    def _close(self) -> None:
+        # quit or EOF: close once every reply is out (held ones go first).
+        self.closing = True
+        if self.held:
+            self.close_when_sent = True
+        else:
+            self.transport.close()
+
     # ---------------------------------------------------------------- processing
 
     def deliver(self, reply: bytes) -> None:
@@ -234,7 +335,7 @@ class Connection(asyncio.Protocol):
         self.blocked = False
         if self.closing:
             return
-        self.transport.write(reply)
+        self._send(reply)
         if self.parts or self.eof:
             self._schedule_resume()
 
@@ -273,8 +374,7 @@ class Connection(asyncio.Protocol):
 
     def _finish_eof(self) -> None:
         if self.eof and not self.blocked and not self.closing:
-            self.closing = True
-            self.transport.close()
+            self._close()
 
     def _answer(self, out: list[bytes], data: bytes) -> None:
         try:
@@ -346,8 +446,7 @@ class Connection(asyncio.Protocol):
                         pos += skip
                 elif kind is _Quit:
                     self._flush(out)
-                    self.closing = True
-                    self.transport.close()
+                    self._close()
                     return
                 else:
                     # The clock is read per command, like 1.12: times in replies must not lag.
@@ -380,7 +479,7 @@ class Connection(asyncio.Protocol):
                 out.append(p.BAD_FORMAT)
                 mode = self.mode = _CMD
         if out:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._send(out[0] if len(out) == 1 else b"".join(out))
         if pos < n:
             self._keep(data, pos)
         if self.eof and not self.blocked:
@@ -397,7 +496,7 @@ class Connection(asyncio.Protocol):
 
     def _flush(self, out: list[bytes]) -> None:
         if out:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._send(out[0] if len(out) == 1 else b"".join(out))
 
 
 def describe(address: Any) -> str:

@@ -59,7 +59,7 @@ def test_help_says_where_it_listens() -> None:
     r = run("-h")
     assert r.returncode == 0
     assert "127.0.0.1" in r.stdout and "all interfaces" in r.stdout
-    for flag in ("-l", "-p", "-z", "-V", "-v", "-b"):
+    for flag in ("-l", "-p", "-z", "-V", "-v", "-b", "-f", "-F", "-s"):
         assert flag in r.stdout
     assert run("--help").returncode == 0
 
@@ -79,12 +79,26 @@ def test_bad_flags_one_line_exit_2(args: list[str]) -> None:
     assert len(lines) == 1 and lines[0].startswith("cmdstalk-server: "), r.stderr
 
 
-@pytest.mark.parametrize("args", [["-b", "/tmp/nowhere"], ["-F"], ["-f", "10"], ["-s", "1000"]])
-def test_durability_flags_refused_until_the_binlog_exists(args: list[str]) -> None:
+@pytest.mark.parametrize("args", [["-f", "soon"], ["-f", "-1"], ["-s", "big"], ["-b"]])
+def test_bad_durability_flags_one_line_exit_2(args: list[str]) -> None:
     r = run(*args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and args[0] in lines[0] and "binlog" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("cmdstalk-server: "), r.stderr
+
+
+def test_durability_flags_without_b_run_in_memory_and_show_s() -> None:
+    # As beanstalkd: -f/-F/-s mean nothing without -b, except that stats shows -s.
+    port = free_port()
+    with server_process("-p", str(port), "-f", "10", "-F", "-s", "5000") as proc:
+        wait_until(lambda: accepts_connections("127.0.0.1", port), timeout=10,
+                   message="server accepts")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            stats = talk(s, b"stats\r\n")
+        assert b"binlog-max-size: 5000\n" in stats
+        assert b"binlog-current-index: 0\n" in stats
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
 
 
 def test_port_in_use_fails_clearly() -> None:

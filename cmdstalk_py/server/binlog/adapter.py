@@ -159,6 +159,11 @@ class BinlogJournal:
         return self.binlog.next_deadline()
 
     @property
+    def sync_each(self) -> bool:
+        """``-f 0``: every change must be durable before the reply that follows it."""
+        return self.binlog.options.fsync_ms == 0
+
+    @property
     def needs_sync(self) -> bool:
         """Records are waiting for an fsync (with ``fsync_ms=0``: hold the replies)."""
         return self.binlog.needs_sync

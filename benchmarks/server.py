@@ -219,19 +219,22 @@ def profile_summary(path: Path, lines: int = 25) -> str:
     return out.getvalue()
 
 
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
 def metadata(args: argparse.Namespace, kinds: list[ServerKind]) -> dict[str, object]:
     """Where and how the figures were taken."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=Path(__file__).parent, check=False,
-        ).stdout.strip()
-    except OSError:
-        commit = ""
     return {
-        "argv": sys.argv[1:], "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv[1:], "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
-        "python": platform.python_version(), "commit": commit,
+        "python": platform.python_version(), "commit": _git("rev-parse", "--short", "HEAD"),
+        # Uncommitted changes to the server mean the commit alone does not say what ran.
+        "server_tree_dirty": bool(_git("status", "--porcelain", "--", "../cmdstalk_py/server")),
         "servers": {k.name: list(k.argv_prefix) for k in kinds}, "quick": args.quick,
     }
 

@@ -68,12 +68,21 @@ def test_quick_run_against_real_beanstalkd(tmp_path: Path) -> None:
     assert figures["startup_accept"]["values"]["beanstalkd"] < 1.0
 
 
-def test_quick_durable_run_against_real_beanstalkd() -> None:
-    proc = run_bench("--only", "beanstalkd", "--durable")
-    assert proc.returncode == 0, proc.stderr
+def test_quick_durable_run(tmp_path: Path) -> None:
+    # Both servers when the bundled one exists: it must accept -b, or the run exits 2.
+    only = [] if BUNDLED else ["--only", "beanstalkd"]
+    out = tmp_path / "durable.json"
+    proc = run_bench("--durable", "--json", str(out), *only)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = table_rows(proc.stdout)
     assert any(name.startswith("durable -f 0: pipelined puts") for name in rows), rows
     assert any(name.startswith("recovery of 5,000 jobs") for name in rows), rows
+    report = json.loads(out.read_text())
+    assert report["errors"] == []
+    kinds = {"beanstalkd", *(["bundled"] if BUNDLED else [])}
+    for figure in report["figures"]:
+        assert set(figure["values"]) == kinds, figure
+        assert all(v > 0 for v in figure["values"].values()), figure
 
 
 @pytest.mark.skipif(not BUNDLED, reason="the bundled server is not in this checkout")

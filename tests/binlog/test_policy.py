@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogClosedError, BinlogOptions
+from cmdstalk_py.server.binlog.log import LAZY_SYNC
 from tests.binlog.faults import FaultyOps
 from tests.binlog.model import Model, make_job
 
@@ -34,6 +35,34 @@ def test_fsync_0_is_one_group_commit_per_tick(tmp_path: Path) -> None:
     log.tick(10.001)  # nothing new: no fsync
     assert ops.fsyncs == before + 1
     log.close()
+
+
+def test_fsync_0_lazy_records_do_not_hold_replies(tmp_path: Path) -> None:
+    log, ops, model = open_counting(tmp_path, 0)
+    rng = random.Random(4)
+    rec = make_job(1, rng)
+    log.put(rec)
+    model.jobs[1] = rec
+    assert log.replies_wait
+    log.tick(10.0)
+    base = ops.fsyncs
+    # A reserve: written at once, but no reply waits for its fsync.
+    log.update(rec._replace(reserves=1), urgent=False)
+    assert log.needs_sync and not log.replies_wait
+    assert log.next_deadline() == pytest.approx(10.0 + LAZY_SYNC)
+    log.tick(10.01)
+    assert ops.fsyncs == base
+    log.tick(10.0 + LAZY_SYNC)
+    assert ops.fsyncs == base + 1 and not log.needs_sync
+    # A lazy record followed by an urgent one: one group commit covers both, at once.
+    log.update(rec._replace(reserves=2), urgent=False)
+    log.delete(1)
+    assert log.replies_wait and log.next_deadline() == 0.0
+    log.tick(10.06)
+    assert ops.fsyncs == base + 2 and not log.needs_sync
+    log.close()
+    with Binlog(str(tmp_path), BinlogOptions(fsync_ms=0)) as again:
+        assert again.recovery.jobs == {}
 
 
 def test_fsync_ms_syncs_at_most_every_interval(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from cmdstalk_py.server.binlog.log import Binlog
 from cmdstalk_py.server.binlog.options import BinlogOptions
 from cmdstalk_py.server.binlog.record import JobRecord, JobState
 from cmdstalk_py.server.engine import Engine
-from cmdstalk_py.server.job import BURIED, DELAYED, Job
+from cmdstalk_py.server.job import BURIED, DELAYED, RESERVED, Job
 from cmdstalk_py.server.journal import JournalError
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
@@ -114,9 +114,13 @@ class BinlogJournal:
             raise JournalError(str(exc)) from exc
 
     def job_changed(self, job: Job) -> None:
-        """Log a job's new state; JournalError (INTERNAL_ERROR) when it cannot be."""
+        """Log a job's new state; JournalError (INTERNAL_ERROR) when it cannot be.
+
+        A reserve changes only the ``reserves`` counter on disk (a reserved job is logged
+        as ready), so under ``-f 0`` its reply does not wait for the fsync.
+        """
         try:
-            self.binlog.update(self.record(job))
+            self.binlog.update(self.record(job), job.state is not RESERVED)
         except BinlogError as exc:
             raise JournalError(str(exc)) from exc
 
@@ -165,8 +169,8 @@ class BinlogJournal:
 
     @property
     def needs_sync(self) -> bool:
-        """Records are waiting for an fsync (with ``fsync_ms=0``: hold the replies)."""
-        return self.binlog.needs_sync
+        """Records replies wait for are not durable yet (with ``fsync_ms=0``: hold them)."""
+        return self.binlog.replies_wait
 
     def close(self) -> None:
         """fsync what is pending (unless ``-F``), release the directory."""

@@ -12,6 +12,9 @@ Driven by the server's event loop:
   every command read in that iteration and before sending their replies: one fsync covers
   the whole batch of pipelined commands (group commit). With ``fsync_ms=N`` fsync happens
   at most every N ms; with ``None`` never.
+* A record written with ``urgent=False`` (a reserve: it changes only a counter, since a
+  reserved job is persisted as ready) does not make a reply wait under ``fsync_ms=0``:
+  it is synced with the next urgent record's group commit, or ``LAZY_SYNC`` seconds later.
 
 A failed fsync is worse than a failed write: afterwards the kernel may have dropped the
 unsynced pages, and a retry on the same file can report success falsely. So that segment
@@ -47,6 +50,8 @@ Lookup = Callable[[int], JobRecord | None]
 """The current state of a job as the server knows it (None if it no longer exists)."""
 
 _MAINTENANCE_BACKOFF = 1.0  # seconds before retrying maintenance that hit an error
+#: With fsync_ms=0, records that no reply waits for are synced at most this late.
+LAZY_SYNC = 0.05
 _UNLINKS_PER_TICK = 4
 
 
@@ -91,6 +96,8 @@ class Binlog:
             self._lock.release()
             raise
         self._last_sync = float("-inf")
+        # A record some reply waits for was written since the last good fsync.
+        self._urgent = False
         self._maintenance_after = float("-inf")
         self._now = float("-inf")
         self._syncs = 0
@@ -118,16 +125,23 @@ class Binlog:
         """Log a new job (whole record). Raises BinlogWriteError; then nothing was logged."""
         self._before_write()
         self._w.put(rec)
+        self._urgent = True
 
-    def update(self, rec: JobRecord) -> None:
-        """Log a job's new state, priority, delay, deadline and counters (not its body)."""
+    def update(self, rec: JobRecord, urgent: bool = True) -> None:
+        """Log a job's new state, priority, delay, deadline and counters (not its body).
+
+        ``urgent=False``: no reply waits for this record (see the module docstring).
+        """
         self._before_write()
         self._w.update(rec)
+        if urgent:
+            self._urgent = True
 
     def delete(self, job_id: int) -> None:
         """Log a job's deletion."""
         self._before_write()
         self._w.delete(job_id)
+        self._urgent = True
 
     def _check_open(self) -> None:
         if self._closed:
@@ -149,6 +163,12 @@ class Binlog:
     def needs_sync(self) -> bool:
         """True when records were appended (or must be re-logged) since the last fsync."""
         return self._w.dirty or self._w.relog_pending
+
+    @property
+    def replies_wait(self) -> bool:
+        """True when an urgent record is not durable yet (``fsync_ms=0``: hold replies)."""
+        w = self._w
+        return self._urgent and (w.dirty or w.relog_pending)
 
     def sync(self) -> None:
         """Make every record appended so far durable; no-op when nothing is pending.
@@ -185,6 +205,7 @@ class Binlog:
                 break
             w.dirty = False
             w.touched.clear()
+            self._urgent = False
             self._syncs += 1
             return
         raise BinlogSyncError(f"binlog {self.directory}: records not durable: {failure}")
@@ -213,8 +234,10 @@ class Binlog:
         if self._w.dirty or self._w.relog_pending:
             ms = self.options.fsync_ms
             if ms == 0:
-                return 0.0
-            if ms is not None:
+                if self._urgent or self._w.relog_pending:
+                    return 0.0
+                due = self._last_sync + LAZY_SYNC
+            elif ms is not None:
                 due = self._last_sync + ms / 1000.0
         if self._maintenance_pending():
             # Due at once, or when the back-off after a maintenance error ends.
@@ -232,10 +255,15 @@ class Binlog:
         """
         self._now = now
         ms = self.options.fsync_ms
-        pending = self._w.dirty or self._w.relog_pending
-        if pending and ms is not None and (ms == 0 or now >= self._last_sync + ms / 1000.0):
-            self._last_sync = now
-            self.sync()
+        w = self._w
+        if (w.dirty or w.relog_pending) and ms is not None:
+            if ms == 0:
+                due = self._urgent or w.relog_pending or now >= self._last_sync + LAZY_SYNC
+            else:
+                due = now >= self._last_sync + ms / 1000.0
+            if due:
+                self._last_sync = now
+                self.sync()
         if now >= self._maintenance_after and not self._closed:
             try:
                 self._maintain()

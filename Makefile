@@ -23,12 +23,19 @@ test-fast: $(STAMP) lint
 	$(PY) -m pytest -m "not slow and not spark" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check cmdstalk_py tests
+	$(VENV)/bin/ruff check cmdstalk_py tests benchmarks examples
 	$(VENV)/bin/mypy --strict
+	$(VENV)/bin/mypy --strict benchmarks examples
 
 # The quick start: bundled server in-process, example jobs, the supervisor until all are done.
 demo: $(STAMP)
 	$(PY) examples/demo.py
+
+# Benchmarks against the real beanstalkd, measured in the same run (see benchmarks/README.md).
+bench: $(STAMP)
+	$(PY) benchmarks/server.py
+	$(PY) benchmarks/server.py --durable
+	$(PY) benchmarks/drain.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

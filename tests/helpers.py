@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import greenstalk
 
@@ -67,14 +67,16 @@ class BeanstalkServer:
     kind: str  # "beanstalkd" (the real binary) or "bundled" (cmdstalk-server)
     host: str
     port: int
-    _clients: list[greenstalk.Client] = field(default_factory=list, repr=False)
+    _clients: list[greenstalk.Client[Any]] = field(default_factory=list, repr=False)
 
     @property
     def address(self) -> str:
         """``host:port``, the form ``cmdstalk --address`` takes."""
         return f"{self.host}:{self.port}"
 
-    def client(self, use: str = "default", watch: str | list[str] = "default") -> greenstalk.Client:
+    def client(
+        self, use: str = "default", watch: str | list[str] = "default"
+    ) -> greenstalk.Client[Any]:
         """A greenstalk client closed automatically when the test ends."""
         c = greenstalk.Client((self.host, self.port), use=use, watch=watch)
         self._clients.append(c)
@@ -96,6 +98,10 @@ def beanstalkd_path() -> str | None:
     return os.environ.get("BEANSTALKD_PATH") or shutil.which("beanstalkd")
 
 
+def _exited_or_listening(proc: subprocess.Popen[bytes], port: int) -> Callable[[], bool]:
+    return lambda: proc.poll() is not None or accepts_connections("127.0.0.1", port)
+
+
 @contextmanager
 def running_beanstalkd(*extra_args: str, port: int | None = None) -> Iterator[BeanstalkServer]:
     """Start the real beanstalkd on 127.0.0.1, wait until it accepts, stop it in finally."""
@@ -111,8 +117,7 @@ def running_beanstalkd(*extra_args: str, port: int | None = None) -> Iterator[Be
         )
         try:
             wait_until(
-                lambda proc=proc, p=p: proc.poll() is not None
-                or accepts_connections("127.0.0.1", p),
+                _exited_or_listening(proc, p),
                 timeout=5,
                 message=f"beanstalkd on 127.0.0.1:{p}",
             )

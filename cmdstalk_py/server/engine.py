@@ -16,7 +16,7 @@ from typing import Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.commands import COMMANDS
-from cmdstalk_py.server.job import BURIED, DELAYED, READY, RESERVED, Job
+from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Job
 from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
@@ -235,7 +235,9 @@ class Engine:
             del t.buried[job]
 
     def _forget(self, job: Job) -> None:
-        # A job is gone for good: drop it from the id index and its tube's reference.
+        # (unlinked) -> DELETED: drop it from the id index and its tube's reference. Its
+        # TTR or delay alarm, if any, is stale from now on.
+        job.state = DELETED
         del self.jobs[job.id]
         t = job.tube
         t.jobs -= 1

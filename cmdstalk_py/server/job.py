@@ -17,12 +17,15 @@ class State(enum.Enum):
     DELAYED = "delayed"
     RESERVED = "reserved"
     BURIED = "buried"
+    #: Gone for good: timers and queue entries still pointing at it are stale.
+    DELETED = "deleted"
 
 
 READY = State.READY
 DELAYED = State.DELAYED
 RESERVED = State.RESERVED
 BURIED = State.BURIED
+DELETED = State.DELETED
 
 
 class Job:

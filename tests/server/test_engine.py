@@ -448,6 +448,39 @@ def test_ignore_last_tube(w: World) -> None:
     assert w.yaml(w.connect(), "stats-tube default")["current-watching"] == "1"
 
 
+def test_deleted_reserved_job_never_times_out(w: World) -> None:
+    owner, waiter = w.connect(), w.connect()
+    job = w.put(owner, ttr=2)
+    assert w.reserved_id(w.do(owner, "reserve")) == job
+    assert w.do(owner, f"delete {job}") == p.DELETED
+    assert w.do(waiter, "reserve-with-timeout 10") is None
+    w.advance(3)  # past the deleted job's TTR deadline
+    assert w.deliveries() == []
+    st = w.stats(owner)
+    assert (st["job-timeouts"], st["current-jobs-ready"], st["current-waiting"]) == (
+        "0", "0", "1")
+    assert w.yaml(owner, "stats-tube default")["current-jobs-reserved"] == "0"
+
+
+def test_deleted_delayed_job_leaves_no_live_alarm(w: World) -> None:
+    c = w.connect()
+    gone = w.put(c, delay=1)
+    kept = w.put(c, delay=1)
+    assert w.do(c, f"delete {gone}") == p.DELETED
+    w.advance(2)  # the deleted job's delay alarm comes up: skipped, the other fires
+    assert w.reserved_id(w.do(c, "reserve-with-timeout 0")) == kept
+    assert w.stats(c)["current-jobs-delayed"] == "0"
+
+
+def test_stale_alarms_of_deleted_jobs_are_compacted(w: World) -> None:
+    c = w.connect()
+    for _ in range(5000):
+        w.put(c, ttr=600)
+        job = w.reserved_id(w.do(c, "reserve"))
+        assert w.do(c, f"delete {job}") == p.DELETED
+    assert len(w.engine.alarms) < 2100
+
+
 # ------------------------------------------------------------------ journal
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
 
 from cmdstalk_py.server import limits as p
+from cmdstalk_py.server.listen import open_listener
 
 DEFAULT_PORT = 11300
 VERSION = "1.12"
@@ -103,35 +103,6 @@ class EarlySignals:
 
     def _on_drain(self, signum: int, frame: FrameType | None) -> None:
         self.drain = True
-
-
-def open_listener(listen: str, port: int) -> socket.socket:
-    """Bind and listen at once, so connections queue up while the rest is imported."""
-    if listen.startswith("unix:"):
-        import os
-
-        path = listen[len("unix:"):]
-        if os.path.exists(path) and not os.path.isdir(path):
-            os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(path)
-        except BaseException:
-            sock.close()
-            raise
-    else:
-        info = socket.getaddrinfo(listen, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto, _name, addr = info[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(addr)
-        except BaseException:
-            sock.close()
-            raise
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -152,6 +152,7 @@ class EmbeddedServer:
         loop = asyncio.new_event_loop()
         self._loop = loop
         durable: BinlogJournal | None = None
+        server: Server | None = None
         try:
             if self.binlog_dir is not None:
                 durable = self._open_binlog(self.binlog_dir)
@@ -163,12 +164,12 @@ class EmbeddedServer:
                 restore(durable, engine, loop.time())
             server = Server(engine, loop, durable)
             self._server = server
-            self._address = loop.run_until_complete(server.listen_tcp(self.host, self.port))
+            self._address = server.listen_tcp(self.host, self.port)
             if self.unix_path:
-                loop.run_until_complete(server.listen_unix(self.unix_path))
+                server.listen_unix(self.unix_path)
         except BaseException as exc:
             self._error = exc
-            self._close_loop(loop, None, durable)
+            self._close_loop(loop, server, durable)
             self._ready.set()
             return
         self._ready.set()
@@ -193,13 +194,8 @@ class EmbeddedServer:
             if server is not None:
                 server.close()
                 server.remove_unix_sockets()
-                for srv in server.listeners:
-                    loop.run_until_complete(srv.wait_closed())
-                # Let the aborted transports run their connection_lost callbacks; abort any
-                # connection accepted meanwhile (connection_made was still pending).
-                for _ in range(5):
-                    loop.run_until_complete(asyncio.sleep(0))
-                    server.close()
+                # Let callbacks still scheduled (resumes, ticks) run against the closed server.
+                loop.run_until_complete(asyncio.sleep(0))
         finally:
             loop.close()
             self._loop = None

@@ -67,7 +67,7 @@ def serve(
     closed = True
     try:
         if not early.stop:
-            where = loop.run_until_complete(server.listen_socket(sock))
+            where = server.listen_socket(sock)
             if verbose:
                 sys.stderr.write(f"cmdstalk-server: listening on {where}\n")
             loop.run_forever()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cmdstalk_py.server import net
+from cmdstalk_py.server import conn, net
 from cmdstalk_py.server.embedded import EmbeddedServer
 from tests.helpers import accepts_connections, wait_until
 
@@ -216,8 +216,8 @@ def test_slow_reader_is_bounded_and_does_not_block_others(srv: EmbeddedServer) -
 
     def held() -> tuple[int, int, bool]:
         def probe(server: net.Server) -> tuple[int, int, bool]:
-            conn = max(server.connections, key=lambda c: c.transport.get_write_buffer_size())
-            return conn.transport.get_write_buffer_size(), conn.parts_len, conn.write_paused
+            conn = max(server.connections.values(), key=lambda c: c.out_size)
+            return conn.out_size, conn.parts_len, conn.write_paused
 
         result: tuple[int, int, bool] = srv.call(probe)
         return result
@@ -226,8 +226,8 @@ def test_slow_reader_is_bounded_and_does_not_block_others(srv: EmbeddedServer) -
     wait_until(lambda: held()[2], timeout=20, message="server holds back the slow reader")
     sender.join(timeout=10)
     out_buffered, in_buffered, _ = held()
-    assert out_buffered <= net.WRITE_HIGH + net._FLUSH_AT + 2 * size
-    assert in_buffered <= net.INPUT_LIMIT
+    assert out_buffered <= conn.WRITE_HIGH + conn._FLUSH_AT + 2 * size
+    assert in_buffered <= conn.INPUT_LIMIT
     other = Client.to(srv)
     other.send(b"list-tube-used\r\n")
     assert other.reply() == b"USING default"

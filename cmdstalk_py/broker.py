@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 
 import greenstalk
 
+from cmdstalk_py.budget import JobBudget
 from cmdstalk_py.config import Config
 from cmdstalk_py.connection import CONNECTION_ERRORS, Client, Connection, Stopped
 from cmdstalk_py.observe import Observer
@@ -38,54 +39,6 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-class JobBudget:
-    """``--max-jobs``, shared by all brokers: a ticket per reservation, counted when done.
-
-    A broker takes a ticket before it reserves and gives it back when the reserve times
-    out, so at most ``limit`` jobs are ever reserved; ``spent`` once ``limit`` finished.
-    """
-
-    def __init__(self, limit: int | None) -> None:
-        self._limit = limit
-        self._left = limit
-        self._finished = 0
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        """Take a ticket before reserving; False when none are free right now."""
-        if self._left is None:
-            return True
-        with self._lock:
-            if self._left <= 0:
-                return False
-            self._left -= 1
-            return True
-
-    def give_back(self) -> None:
-        """The reserve found no job: the ticket returns to the pool."""
-        if self._left is None:
-            return
-        with self._lock:
-            self._left += 1
-
-    def finish(self) -> None:
-        """A job reserved with a ticket is done."""
-        if self._limit is None:
-            return
-        with self._lock:
-            self._finished += 1
-
-    @property
-    def spent(self) -> bool:
-        """All ``limit`` jobs are finished: time to exit."""
-        return self._limit is not None and self._finished >= self._limit
-
-    @property
-    def busy(self) -> bool:
-        """No ticket free now (others are reserving or running with them)."""
-        return self._left is not None and self._left <= 0
 
 
 class Broker:
@@ -253,21 +206,7 @@ class Broker:
         except CONNECTION_ERRORS as e:
             self.connection.drop(e)
             return self._lost(job, started_at, f"connection lost before running: {e}")
-        pri, ttr = stats["pri"], stats["ttr"]
         releases, timeouts = stats["releases"], stats["timeouts"]
-        common = {
-            "job_id": job.id,
-            "tube": self.tube,
-            "slot": self.slot,
-            "started_at": started_at,
-            "priority": pri,
-            "ttr": ttr,
-            "releases": releases,
-            "timeouts": timeouts,
-            "reserves": stats["reserves"],
-            "age_s": stats["age"],
-            "payload_bytes": len(job.body),
-        }
         # A job reserved just as shutdown began runs like any other: releasing it unrun
         # would count a release against it, and it is bounded by its TTR all the same.
         proc: ProcessResult | None = None
@@ -291,12 +230,21 @@ class Broker:
             proc = self._run(job, stats, reserved_at)
             decision = self._decide(proc, releases)
             error = proc.spawn_error
-        outcome, act_error = self._act(client, job, decision, pri)
-        ended_at = time.time()
+        outcome, act_error = self._act(client, job, decision, stats["pri"])
         result = JobResult(
-            **common,  # type: ignore[arg-type]
+            job_id=job.id,
+            tube=self.tube,
+            slot=self.slot,
             outcome=outcome,
-            ended_at=ended_at,
+            started_at=started_at,
+            ended_at=time.time(),
+            priority=stats["pri"],
+            ttr=stats["ttr"],
+            releases=releases,
+            timeouts=timeouts,
+            reserves=stats["reserves"],
+            age_s=stats["age"],
+            payload_bytes=len(job.body),
             exit_code=proc.exit_code if proc else None,
             signal=proc.signal if proc else None,
             release_delay=decision.delay if outcome is Outcome.RELEASED else None,

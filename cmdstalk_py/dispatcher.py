@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from cmdstalk_py.broker import Broker, JobBudget
+from cmdstalk_py.broker import Broker
+from cmdstalk_py.budget import JobBudget
 from cmdstalk_py.config import Config
 from cmdstalk_py.connection import CONNECTION_ERRORS, Connection, Stopped
 from cmdstalk_py.observe import Observer

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from cmdstalk_py.broker import JobBudget
+from cmdstalk_py.budget import JobBudget
 from cmdstalk_py.config import Config
 from cmdstalk_py.dispatcher import Dispatcher
 from cmdstalk_py.observe import Observer

@@ -109,6 +109,10 @@ class Broker:
         self._idle_since = time.monotonic()
         self._observer.broker_busy(self.tube, self.slot, False)
         try:
+            # Connect before anything else, even before waiting for a --max-jobs ticket:
+            # readiness (READY=1 to systemd) means "every broker is connected", and a broker
+            # that waits for a ticket another broker holds must count as ready too.
+            self.connection.client()
             while not self._stop.is_set() and (max_jobs is None or done < max_jobs):
                 if self._budget.spent:
                     break
@@ -133,6 +137,8 @@ class Broker:
                     and time.monotonic() - self._idle_since >= idle_timeout
                 ):
                     break
+        except Stopped:
+            pass  # stopped while connecting
         finally:
             self.connection.close()
         return done

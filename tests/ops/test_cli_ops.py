@@ -160,3 +160,20 @@ def test_systemd_unit_command_line_for_real(
     # CMDSTALK_LOG_FORMAT=json from the env file: every stderr line is a JSON object.
     assert stderr and all(json.loads(line)["msg"] is not None for line in stderr.splitlines())
 
+
+def test_ready_with_max_jobs_below_broker_count(
+    real_beanstalkd: BeanstalkServer, tmp_path: Path
+) -> None:
+    """Type=notify with --max-jobs smaller than the pool: READY=1 must still come, or systemd
+    fails the start after TimeoutStartSec."""
+    with notify_listener() as notify:
+        env = base_env() | {"NOTIFY_SOCKET": notify.path}
+        proc = subprocess.Popen(
+            [CMDSTALK, "--address", real_beanstalkd.address, "--tubes", "a,b", "--per-tube", "4",
+             "--cmd", "cat", "--max-jobs", "2"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            notify.wait_for("READY=1", proc, timeout=30)
+        finally:
+            stop_process(proc)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import greenstalk
 import pytest
 
 from cmdstalk_py.broker import Broker
+from cmdstalk_py.budget import JobBudget
 from cmdstalk_py.results import Outcome
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for, run_one
@@ -214,3 +216,20 @@ def test_run_loop_stops_on_idle_timeout_and_max_jobs(beanstalk: BeanstalkServer)
     assert broker.run(max_jobs=2) == 2
     assert broker.run(idle_timeout=1.0) == 1
     assert producer.stats_tube("loop")["current-jobs-ready"] == 0
+
+
+def test_broker_connects_while_waiting_for_a_budget_ticket(beanstalk: BeanstalkServer) -> None:
+    # --max-jobs below the broker count: readiness needs every broker connected, including
+    # those waiting for a ticket another broker holds.
+    budget = JobBudget(1)
+    assert budget.take()  # the only ticket is held elsewhere
+    broker = Broker(config_for(beanstalk, "true"), "ticket", 0, budget=budget)
+    stop = threading.Event()
+    thread = threading.Thread(target=broker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(broker.connection.connected.is_set, 10, message="connected without a ticket")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,12 @@ def serve(config: Config, extras: Extras) -> int:
         observers.add(eventlog)
         on_hup = eventlog.reopen
     with _embedded_server(config, extras):
-        supervisor = Supervisor(config, observers, on_hup=on_hup)
+        # Descendants orphaned by a command become ours (killed ones are reaped as they are
+        # killed, daemons a job left behind by the supervisor once they exit), instead of
+        # init's: some container inits never reap. Nothing in this process uses subprocess,
+        # so reaping any exited child that is not a running command is safe here.
+        reap = set_child_subreaper() or os.getpid() == 1
+        supervisor = Supervisor(config, observers, on_hup=on_hup, reap_orphans=reap)
         if extras.metrics is not None:
             from cmdstalk_py.metrics import start_metrics  # imports prometheus_client
 
@@ -68,8 +74,6 @@ def serve(config: Config, extras: Extras) -> int:
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit.
         observers.add(SystemdNotifier())
-        # Grandchildren orphaned by a killed command become ours, so they are reaped.
-        set_child_subreaper()
         log.info(
             "cmdstalk %s: %s on %s, %d per tube, cmd %r",
             __version__,

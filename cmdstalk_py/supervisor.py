@@ -29,6 +29,7 @@ from cmdstalk_py.budget import JobBudget
 from cmdstalk_py.config import Config
 from cmdstalk_py.dispatcher import Dispatcher
 from cmdstalk_py.observe import Observer
+from cmdstalk_py.process import reap_orphans
 
 log = logging.getLogger("cmdstalk")
 
@@ -51,6 +52,10 @@ class Supervisor:
 
     ``observer`` receives every hook (results, readiness, heartbeats) and is closed at the
     end. ``on_hup`` runs in the main loop after a SIGHUP (e.g. reopen the event log).
+    ``reap_orphans``: reap, about once a second, adopted orphans of job commands (daemons a
+    job left behind) that have exited. Only for a child subreaper or PID 1, and never in a
+    process that also waits for children some other way (``subprocess``, as test runners
+    do): it would steal their exit statuses.
     """
 
     def __init__(
@@ -59,10 +64,12 @@ class Supervisor:
         observer: Observer | None = None,
         *,
         on_hup: Callable[[], None] | None = None,
+        reap_orphans: bool = False,
     ) -> None:
         self.config = config
         self.observer = observer or Observer()
         self._on_hup = on_hup
+        self._reap_orphans = reap_orphans
         self.stop_reserving = threading.Event()
         self.kill = threading.Event()
         self.kill_now = threading.Event()
@@ -158,6 +165,10 @@ class Supervisor:
                 return True
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_INTERVAL
+            if self._reap_orphans:
+                # A daemon a job left behind became our child when the job exited; once
+                # it exits too, nobody else will ever wait for it.
+                reap_orphans()
             self.observer.heartbeat()
         return False
 

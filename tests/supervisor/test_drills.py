@@ -170,3 +170,46 @@ def test_grandchild_holding_stdout_does_not_hang_the_broker(
     assert result.stdout_tail == "bye\n"
     pid = int(pid_file.read_text())
     wait_until(lambda: _gone(pid), 10, message="the leftover grandchild is gone")
+
+
+@pytest.mark.slow
+def test_daemon_left_by_a_job_is_reaped_when_it_exits(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    # The job starts a daemon in a new session and exits 0; the daemon outlives it, is
+    # adopted by cmdstalk (a child subreaper) and exits a second later: cmdstalk must reap
+    # it, or it stays a zombie for as long as cmdstalk runs.
+    producer = beanstalk.client(use="daemon")
+    job_id = producer.put(b"", ttr=30)
+    pid_file = tmp_path / "daemon.pid"
+    cmd = (
+        f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 1' </dev/null >/dev/null 2>&1 & "
+        # Exit only once the daemon has left our process group (the group is cleaned up).
+        f"while [ ! -s {pid_file} ]; do sleep 0.02; done"
+    )
+    events = tmp_path / "events.jsonl"
+    proc = start_cmdstalk(
+        "--address", beanstalk.address, "--tubes", "daemon", "--cmd", cmd, "--events", str(events)
+    )
+    try:
+        wait_until(lambda: len(read_events(events)) == 1, 20, message="the job's result")
+        (record,) = read_events(events)
+        assert (record["job_id"], record["outcome"]) == (job_id, "deleted")
+        daemon = int(pid_file.read_text())
+        try:
+            wait_until(lambda: _gone(daemon), 15, message="the daemon reaped")
+        except AssertionError:
+            raise AssertionError(f"daemon {daemon} left: {_describe(daemon)}") from None
+
+        def zombies() -> list[int]:
+            children = psutil.Process(proc.pid).children()
+            return [c.pid for c in children if c.status() == psutil.STATUS_ZOMBIE]
+
+        assert zombies() == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=15)
+        finally:
+            _stop(proc)
+    assert proc.returncode == 0

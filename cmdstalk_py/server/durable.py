@@ -18,6 +18,9 @@ from cmdstalk_py.server.engine import Engine
 
 #: The smallest segment the binlog accepts; smaller ``-s`` values are raised to it.
 MIN_SEGMENT_SIZE = 1024
+#: Zeros written ahead of the records when fsyncing (see ``binlog.segment``): an fsync
+#: then has no new file size to commit, which halves its cost on ext4.
+PREALLOCATE = 1 << 20
 
 LOGGER = "cmdstalk_py.server.binlog"
 
@@ -33,7 +36,9 @@ class DurableConfig:
     def options(self) -> BinlogOptions:
         """The binlog's options for these flags."""
         return BinlogOptions(
-            fsync_ms=self.fsync_ms, segment_size=max(MIN_SEGMENT_SIZE, self.segment_size)
+            fsync_ms=self.fsync_ms,
+            segment_size=max(MIN_SEGMENT_SIZE, self.segment_size),
+            preallocate=0 if self.fsync_ms is None else PREALLOCATE,
         )
 
 

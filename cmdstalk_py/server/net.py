@@ -181,7 +181,12 @@ class Server:
                 # Only an error or hang-up, on a socket we were not reading: the peer is
                 # gone (we never shut down our sending side, so a hang-up is a reset).
                 conn.teardown()
-        self.after_batch()
+        if self.holders and self.loop.time() >= self._journal_not_before:
+            # -f 0: this batch was every connection with input in this loop iteration, so
+            # commit now (one fsync for all of them) rather than an iteration later.
+            self._journal_tick()
+        else:
+            self.after_batch()
 
     # ---------------------------------------------------------------- the timer
 

@@ -114,6 +114,12 @@ class FaultyOps(RealFileOps):
             if current.startswith(synced):
                 extra = current[len(synced) :]
                 content = synced + extra[: rng.randint(0, len(extra))]
+            elif rng.random() < 0.5:
+                # Overwrites (records over preallocated zeros): the writes reached the disk
+                # in order up to some point.
+                same = _common_prefix(synced, current)
+                cut = rng.randint(same, len(current))
+                content = current[:cut] + synced[cut:]
             else:
                 content = rng.choice([synced, current])
             with open(path, "wb") as f:
@@ -205,3 +211,15 @@ class FaultyOps(RealFileOps):
         if self.crashed:
             raise Crash("already crashed")
         return super().read(path)
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    lo, hi = 0, n  # a[:lo] == b[:lo]; find the largest such lo by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

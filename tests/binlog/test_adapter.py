@@ -15,6 +15,7 @@ from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions
 from cmdstalk_py.server.binlog.adapter import BinlogJournal
 from cmdstalk_py.server.engine import Engine
+from cmdstalk_py.server.job import DELAYED
 from cmdstalk_py.server.session import Session
 from tests.binlog.faults import FaultyOps
 
@@ -147,3 +148,26 @@ def test_disk_full_put_is_out_of_memory_and_nothing_is_lost(tmp_path: Path) -> N
     assert journal.stats()[4] == SYNC_EACH.segment_size
     assert journal.file_of(engine.jobs[4]) == journal.stats()[1]
     journal.close()
+
+
+def test_update_fast_path_writes_the_same_payload_as_the_record(tmp_path: Path) -> None:
+    from cmdstalk_py.server.binlog.record import update_payload
+
+    clock = Clock(mono=10.0, wall=WALL0)
+    engine, journal = start(tmp_path, clock)
+    s = engine.connect()
+    seen: list[tuple[int, bytes]] = []
+    journal.binlog.update_raw = lambda jid, payload, urgent=True: seen.append((jid, payload))  # type: ignore[method-assign]
+    run(engine, s, b"put 3 0 9 1", clock.now(), b"a")
+    run(engine, s, b"reserve-job 1", clock.now())
+    run(engine, s, b"release 1 7 30", clock.now())  # delayed: the deadline is in the payload
+    run(engine, s, b"kick-job 1", clock.now())
+    run(engine, s, b"reserve-job 1", clock.now())
+    run(engine, s, b"bury 1 2", clock.now())
+    assert len(seen) == 5
+    job = engine.jobs[1]
+    assert seen[-1] == (1, update_payload(journal.record(job)))
+    # The delayed state's deadline is converted to wall-clock time like record() does.
+    job.state, job.deadline = DELAYED, clock.now() + 30
+    journal.job_changed(job)
+    assert seen[-1] == (1, update_payload(journal.record(job)))

@@ -206,7 +206,10 @@ def test_random_faults_never_lose_acknowledged_records(tmp_path: Path, seed: int
     as it was at the last successful sync or later, never earlier."""
     rng = random.Random(seed)
     model = Model()
-    opts = BinlogOptions(fsync_ms=0, segment_size=rng.choice([1024, 4096]), compact_budget=3)
+    opts = BinlogOptions(
+        fsync_ms=0, segment_size=rng.choice([1024, 4096]), compact_budget=3,
+        preallocate=rng.choice([0, 0, 700]),
+    )  # fmt: skip
     log, ops = open_log(tmp_path, model, opts)
     acked = 0
     now = 0.0

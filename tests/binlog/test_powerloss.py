@@ -21,7 +21,10 @@ from tests.binlog.model import Model
 @pytest.mark.parametrize("seed", range(int(os.environ.get("BINLOG_POWERLOSS_SEEDS", "12"))))
 def test_power_cuts_keep_a_prefix_at_or_after_the_last_sync(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    opts = BinlogOptions(fsync_ms=0, segment_size=rng.choice([1024, 3000]), compact_budget=2)
+    opts = BinlogOptions(
+        fsync_ms=0, segment_size=rng.choice([1024, 3000]), compact_budget=2,
+        preallocate=rng.choice([0, 0, 512, 4096]),
+    )  # fmt: skip
     model = Model()
     now = 0.0
     acked = 0

@@ -39,7 +39,7 @@ from cmdstalk_py.server.binlog.errors import (
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
 from cmdstalk_py.server.binlog.lock import DirLock
 from cmdstalk_py.server.binlog.options import BinlogOptions, BinlogStats
-from cmdstalk_py.server.binlog.record import JobRecord
+from cmdstalk_py.server.binlog.record import JobRecord, update_payload
 from cmdstalk_py.server.binlog.recovery import RecoveryResult, recover
 from cmdstalk_py.server.binlog.segment import HOME_SHIFT, SegmentMeta
 from cmdstalk_py.server.binlog.writer import SegmentWriter
@@ -87,7 +87,7 @@ class Binlog:
             self._w = SegmentWriter(
                 self.ops, self.directory, self.options.segment_size,
                 self.options.fsync_ms is not None, rec.segments, rec.home, rec.live_bytes,
-                rec.next_seq, rec.result.next_id,
+                rec.next_seq, rec.result.next_id, self.options.preallocate,
             )  # fmt: skip
         except OSError as exc:
             self._lock.release()
@@ -123,7 +123,8 @@ class Binlog:
 
     def put(self, rec: JobRecord) -> None:
         """Log a new job (whole record). Raises BinlogWriteError; then nothing was logged."""
-        self._before_write()
+        if self._closed or self._w.relog_pending:
+            self._before_write()
         self._w.put(rec)
         self._urgent = True
 
@@ -132,14 +133,20 @@ class Binlog:
 
         ``urgent=False``: no reply waits for this record (see the module docstring).
         """
-        self._before_write()
-        self._w.update(rec)
+        self.update_raw(rec.id, update_payload(rec), urgent)
+
+    def update_raw(self, job_id: int, payload: bytes, urgent: bool = True) -> None:
+        """:meth:`update` with the payload already packed (``record.update_payload``)."""
+        if self._closed or self._w.relog_pending:
+            self._before_write()
+        self._w.update_raw(job_id, payload)
         if urgent:
             self._urgent = True
 
     def delete(self, job_id: int) -> None:
         """Log a job's deletion."""
-        self._before_write()
+        if self._closed or self._w.relog_pending:
+            self._before_write()
         self._w.delete(job_id)
         self._urgent = True
 
@@ -266,6 +273,7 @@ class Binlog:
                 self.sync()
         if now >= self._maintenance_after and not self._closed:
             try:
+                w.extend_ahead()
                 self._maintain()
             except BinlogError as exc:
                 log.warning("binlog maintenance postponed: %s", exc)
@@ -284,8 +292,9 @@ class Binlog:
             return False
         oldest = self._w.oldest()
         return (
-            removable(oldest.live, oldest is self._w.active)
-            or bool(self._w.empty_sealed())
+            self._w.wants_extension()
+            or removable(oldest.live, oldest is self._w.active)
+            or self._w.has_empty_sealed()
             or self._compaction_due()
         )
 

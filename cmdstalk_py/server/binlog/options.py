@@ -16,6 +16,8 @@ class BinlogOptions:
     ``compact_ratio``: compact when the files hold more than this many times the live
     jobs' bytes. ``compact_budget``: jobs copied per ``tick`` at most.
     ``save_torn_tails``: keep bytes cut from a torn segment in ``binlog.N.torn-OFFSET``.
+    ``preallocate``: keep this many bytes of zeros written ahead of the records (0: off;
+    see ``segment``): each fsync then only flushes data, not a new file size.
     """
 
     fsync_ms: int | None = 50
@@ -23,6 +25,7 @@ class BinlogOptions:
     compact_ratio: float = 2.0
     compact_budget: int = 256
     save_torn_tails: bool = True
+    preallocate: int = 0
 
     def __post_init__(self) -> None:
         if self.fsync_ms is not None and self.fsync_ms < 0:
@@ -33,6 +36,8 @@ class BinlogOptions:
             raise ValueError("compact_ratio must be > 1")
         if self.compact_budget < 1:
             raise ValueError("compact_budget must be >= 1")
+        if self.preallocate < 0:
+            raise ValueError("preallocate must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ Rules (see ``frame`` for the format):
 * A damaged stretch in an older segment is media damage, not a tear: it is reported with
   file and offset, skipped up to the next intact frame (found by its magic and CRC), and
   replay goes on; the sequence-number gap says how many records were lost.
+* Zeros from some offset to the end of a segment are preallocated room, the segment's
+  clean end (no frame starts with a zero byte): not a problem; the zeros are trimmed.
 * A newest segment with no complete header (a crash while creating it) is removed. A file
   that is not ours, or is from a newer format version, stops recovery with
   BinlogFormatError rather than being "repaired".
@@ -141,6 +143,7 @@ def _replay_file(
             "the directory - move the file away or use another binlog directory"
         )
     meta = SegmentMeta(number, path, len(data))
+    meta.alloc = len(data)
     rp.segments[number] = meta
     # Numbers may be skipped harmlessly: segments holding no record at all are removed
     # from anywhere. Only when sequence numbers are missing too was something lost.
@@ -191,6 +194,11 @@ def _replay_file(
                 continue
             _gap(rp, path, off, seq)
             continue
+        if data.count(b"\x00", off) == end - off:
+            # Preallocated zeros after the last record: the segment's clean end.
+            meta.size = off
+            _trim(ops, path, off)
+            break
         if tear_allowed:
             _cut_tail(ops, rp, path, data, off, reason, save_torn_tails)
             meta.size = off
@@ -204,6 +212,16 @@ def _replay_file(
         off = resume
     if stale:
         rp.problem("stale", path, 0, 0, f"{stale} already-applied records ignored")
+
+
+def _trim(ops: FileOps, path: str, size: int) -> None:
+    # Best effort: a segment left with its zeros is read the same way next time.
+    with contextlib.suppress(OSError):
+        fd = ops.open(path, os.O_RDWR)
+        try:
+            ops.truncate(fd, size)
+        finally:
+            ops.close(fd)
 
 
 def _gap(rp: Replayer, path: str, offset: int, seq: int) -> None:

@@ -7,6 +7,12 @@ there): removing a prefix of the log can never resurrect a job, because a job's 
 precedes its updates and its DELETE, so what remains holds either both or an orphan update
 or delete that replay ignores. Removing a segment from the middle could drop a DELETE
 whose PUT survives, so it is never done.
+
+Preallocation (``BinlogOptions.preallocate``): the segment being written is kept filled
+with zeros ahead of its valid data, as beanstalkd does, so that a record overwrites
+already written blocks and an fdatasync has no file size to commit (on ext4 that is about
+half the cost of each fsync). Zeros after the last record are a clean end of the segment
+for recovery, never damage: no frame starts with a zero byte.
 """
 
 from __future__ import annotations
@@ -46,18 +52,19 @@ def list_segments(names: list[str]) -> list[int]:
 class SegmentMeta:
     """Accounting for one segment, kept in memory while the binlog is open.
 
-    ``size`` is the number of valid bytes (header included), ``live`` the number of live
-    jobs homed here, ``ids`` every job id whose PUT was written here (compaction walks it
-    from ``cursor`` and skips ids that died or moved), ``fd`` is open only for the segment
-    being written.
+    ``size`` is the number of valid bytes (header included), ``alloc`` the file's length
+    (``size`` plus preallocated zeros), ``live`` the number of live jobs homed here,
+    ``ids`` every job id whose PUT was written here (compaction walks it from ``cursor``
+    and skips ids that died or moved), ``fd`` is open only for the segment being written.
     """
 
-    __slots__ = ("cursor", "fd", "ids", "live", "number", "path", "size")
+    __slots__ = ("alloc", "cursor", "fd", "ids", "live", "number", "path", "size")
 
     def __init__(self, number: int, path: str, size: int) -> None:
         self.number = number
         self.path = path
         self.size = size
+        self.alloc = size
         self.live = 0
         self.ids: list[int] = []
         self.cursor = 0
@@ -75,8 +82,11 @@ def create_segment(
     next_id: int,
     durable: bool,
     flags: int = 0,
+    preallocate: int = 0,
 ) -> SegmentMeta:
     """Create segment ``number`` with its header, durable (file and directory) if asked.
+
+    ``preallocate``: fill the file with zeros up to this length after the header.
 
     On failure nothing is left behind (best effort) and BinlogWriteError is raised; a
     half-created file that survives a crash is removed by the next recovery.
@@ -94,6 +104,7 @@ def create_segment(
             if n <= 0:
                 raise OSError(28, os.strerror(28))
             written += n
+        alloc = write_zeros(ops, fd, len(header), preallocate)
         if durable:
             ops.fdatasync(fd)
             ops.fsync_dir(directory)
@@ -104,5 +115,23 @@ def create_segment(
             ops.unlink(path)
         raise BinlogWriteError(describe_oserror("cannot create", path, exc), exc.errno) from exc
     meta = SegmentMeta(number, path, len(header))
+    meta.alloc = alloc
     meta.fd = fd
     return meta
+
+
+_ZEROS = bytes(1 << 16)
+
+
+def write_zeros(ops: FileOps, fd: int, start: int, end: int) -> int:
+    """Write zeros from ``start`` up to ``end``; returns the file length reached.
+
+    Raises OSError (e.g. ENOSPC); the zeros written so far stay (they are harmless).
+    """
+    pos = start
+    while pos < end:
+        n = ops.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
+        if n <= 0:
+            raise OSError(28, os.strerror(28))
+        pos += n
+    return max(pos, start)

@@ -23,7 +23,7 @@ import logging
 import os
 
 from cmdstalk_py.server.binlog.errors import BinlogWriteError, describe_oserror
-from cmdstalk_py.server.binlog.frame import FLAG_AFTER_ABANDONED, HEADER_SIZE, frame
+from cmdstalk_py.server.binlog.frame import FLAG_AFTER_ABANDONED, HEADER_SIZE, frame, frame1
 from cmdstalk_py.server.binlog.fsops import FileOps
 from cmdstalk_py.server.binlog.record import (
     T_DELETE,
@@ -34,7 +34,13 @@ from cmdstalk_py.server.binlog.record import (
     put_parts,
     update_payload,
 )
-from cmdstalk_py.server.binlog.segment import HOME_SHIFT, SIZE_MASK, SegmentMeta, create_segment
+from cmdstalk_py.server.binlog.segment import (
+    HOME_SHIFT,
+    SIZE_MASK,
+    SegmentMeta,
+    create_segment,
+    write_zeros,
+)
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
 
@@ -59,8 +65,11 @@ class SegmentWriter:
         live_bytes: int,
         next_seq: int,
         next_id: int,
+        preallocate: int = 0,
     ) -> None:
         self.ops = ops
+        # Zeros kept ahead of the valid data (see segment.py), in steps of this many bytes.
+        self.preallocate = preallocate
         self.directory = directory
         self.segment_size = segment_size
         self.durable = durable
@@ -77,8 +86,12 @@ class SegmentWriter:
         self.migrated = 0
         self.tail_dirty = False  # bytes of a failed write may follow the valid data
         self._removal_unsynced = False  # a segment was unlinked, the directory not fsynced
+        self._sealed: tuple[int, bool] | None = None  # see _sealed_summary
+        self._pwrite = ops.pwrite
         number = max(segments, default=0) + 1
-        self.active = create_segment(ops, directory, number, next_seq, next_id, durable)
+        self.active = create_segment(
+            ops, directory, number, next_seq, next_id, durable, 0, self._first_alloc()
+        )
         segments[number] = self.active
 
     # --------------------------------------------------------------- records
@@ -102,12 +115,16 @@ class SegmentWriter:
 
     def update(self, rec: JobRecord) -> None:
         """Write an UPDATE."""
-        self._write(frame(self.seq, T_UPDATE, update_payload(rec)), True, rec.id)
-        self.touched.add(rec.id)
+        self.update_raw(rec.id, update_payload(rec))
+
+    def update_raw(self, job_id: int, payload: bytes) -> None:
+        """Write an UPDATE whose payload (``record.update_payload``) is already packed."""
+        self._write(frame1(self.seq, T_UPDATE, payload), True, job_id)
+        self.touched.add(job_id)
 
     def delete(self, job_id: int) -> None:
         """Write a DELETE."""
-        self._write(frame(self.seq, T_DELETE, delete_payload(job_id)), True, job_id)
+        self._write(frame1(self.seq, T_DELETE, delete_payload(job_id)), True, job_id)
         self.touched.add(job_id)
         old = self.home.pop(job_id, None)
         if old is not None:
@@ -128,12 +145,21 @@ class SegmentWriter:
                 if not may_overflow:
                     raise
             seg = self.active
+        if seg.size + len(data) > seg.alloc and self.preallocate:
+            try:
+                self.extend(len(data))
+            except BinlogWriteError:
+                # As above: a put is refused, a delete or update is written anyway (its
+                # few bytes may still fit where a whole step of zeros did not).
+                if not may_overflow:
+                    raise
         fd = seg.fd
         assert fd is not None
         written = 0
+        pwrite = self._pwrite
         try:
             while written < len(data):
-                n = self.ops.pwrite(fd, data[written:] if written else data, seg.size + written)
+                n = pwrite(fd, data[written:] if written else data, seg.size + written)
                 if n <= 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
@@ -149,10 +175,59 @@ class SegmentWriter:
                 describe_oserror("cannot write to", seg.path, exc), exc.errno
             ) from exc
         seg.size += len(data)
+        if seg.size > seg.alloc:
+            seg.alloc = seg.size
         self.seq += 1
         self.dirty = True
         self.written += 1
         return seg
+
+    def _first_alloc(self) -> int:
+        return min(self.preallocate, self.segment_size) if self.preallocate else 0
+
+    def extend(self, need: int = 0) -> None:
+        """Preallocate zeros for at least ``need`` more bytes, a whole step at a time.
+
+        Raises BinlogWriteError (disk full: the record that needed the room is refused).
+        """
+        seg = self.active
+        assert seg.fd is not None
+        # Never from below the valid end: zeros must not overwrite a record (one written
+        # past the room after a failed extension, say).
+        start = max(seg.alloc, seg.size)
+        target = max(seg.size + need, min(start + self.preallocate, self.segment_size))
+        if target <= start:
+            return
+        try:
+            seg.alloc = write_zeros(self.ops, seg.fd, start, target)
+        except OSError as exc:
+            raise BinlogWriteError(
+                describe_oserror("cannot preallocate", seg.path, exc), exc.errno
+            ) from exc
+
+    def wants_extension(self) -> bool:
+        """Less than half a step of preallocated zeros is left in the current segment."""
+        seg = self.active
+        return bool(
+            self.preallocate
+            and seg.fd is not None
+            and not self.tail_dirty
+            and seg.alloc - seg.size < self.preallocate // 2
+            and seg.alloc < self.segment_size
+        )
+
+    def extend_ahead(self) -> None:
+        """Between commands: keep half a step of zeros ready, so writes rarely extend."""
+        if self.wants_extension():
+            self.extend()
+
+    def _trim(self, seg: SegmentMeta) -> None:
+        # Drop the preallocated zeros after the last record (best effort: recovery reads
+        # zeros as a clean end anyway).
+        if seg.alloc > seg.size and seg.fd is not None:
+            with contextlib.suppress(OSError):
+                self.ops.truncate(seg.fd, seg.size)
+                seg.alloc = seg.size
 
     def repair_tail(self) -> None:
         """Cut the bytes of a failed write off the current segment, durably.
@@ -167,6 +242,7 @@ class SegmentWriter:
             raise BinlogWriteError(
                 describe_oserror("cannot cut back a failed write in", seg.path, exc), exc.errno
             ) from exc
+        seg.alloc = seg.size
         if self.durable:
             try:
                 self.ops.fdatasync(seg.fd)
@@ -195,8 +271,10 @@ class SegmentWriter:
         skip = 1 if abandon else 0
         new = create_segment(
             self.ops, self.directory, old.number + 1, self.seq + skip, self.next_id,
-            self.durable, FLAG_AFTER_ABANDONED if abandon else 0,
+            self.durable, FLAG_AFTER_ABANDONED if abandon else 0, self._first_alloc(),
         )  # fmt: skip
+        if not abandon:
+            self._trim(old)
         self.seq += skip
         self.tail_dirty = False
         if not abandon and self.dirty and self.durable and old.number != self.untrusted:
@@ -210,6 +288,7 @@ class SegmentWriter:
         self._close_active()
         self.segments[new.number] = new
         self.active = new
+        self._sealed = None
         if not self.relog_pending:
             # Everything before the new segment is durable (or durability is off).
             self.dirty = False
@@ -227,7 +306,24 @@ class SegmentWriter:
 
     def total_bytes(self) -> int:
         """Bytes in every segment (valid data and damage alike)."""
-        return sum(seg.size for seg in self.segments.values())
+        return self._sealed_summary()[0] + self.active.size
+
+    def has_empty_sealed(self) -> bool:
+        """Whether :meth:`empty_sealed` would find any (cheap: asked every loop iteration)."""
+        return self._sealed_summary()[1]
+
+    def _sealed_summary(self) -> tuple[int, bool]:
+        # Sealed segments never change size, so this is recomputed only after a rotation
+        # or a removal.
+        summary = self._sealed
+        if summary is None:
+            active = self.active
+            sealed = [seg for seg in self.segments.values() if seg is not active]
+            summary = self._sealed = (
+                sum(seg.size for seg in sealed),
+                any(seg.size == HEADER_SIZE for seg in sealed),
+            )
+        return summary
 
     def empty_sealed(self) -> list[SegmentMeta]:
         """Segments other than the current one that hold no record at all.
@@ -258,6 +354,7 @@ class SegmentWriter:
         with contextlib.suppress(FileNotFoundError):
             self.ops.unlink(seg.path)
         del self.segments[seg.number]
+        self._sealed = None
         self._removal_unsynced = True
         if self.durable:
             self.ops.fsync_dir(self.directory)
@@ -265,10 +362,12 @@ class SegmentWriter:
         log.debug("binlog: removed %s", seg.path)
 
     def close(self) -> None:
-        """Cut any junk after the last record and close the current segment."""
+        """Cut any junk (and preallocated zeros) after the last record, close the segment."""
         if self.tail_dirty:
             with contextlib.suppress(BinlogWriteError):
                 self.repair_tail()
+        else:
+            self._trim(self.active)
         self._close_active()
 
     def _close_active(self) -> None:

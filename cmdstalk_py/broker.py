@@ -296,6 +296,8 @@ class Broker:
             exit_code=proc.exit_code,
             ttr_killed=proc.killed is KillReason.TTR,
             shutdown_killed=proc.killed is KillReason.SHUTDOWN,
+            # The stop event is never cleared: set now means set before the command ended.
+            stopping=self._stop.is_set(),
             releases=releases,
             max_releases=c.max_releases,
             bury_exit_codes=c.bury_exit_codes,

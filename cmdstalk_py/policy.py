@@ -85,6 +85,7 @@ def decide(
     exit_code: int | None,
     ttr_killed: bool,
     shutdown_killed: bool,
+    stopping: bool,
     releases: int,
     max_releases: int,
     bury_exit_codes: frozenset[int] = frozenset(),
@@ -93,17 +94,21 @@ def decide(
 ) -> Decision:
     """The outcome of a command that ran (or failed to start: ``exit_code`` None).
 
-    Order matters: a TTR kill is the job's own overrun and buries it even during shutdown
-    (running it again would overrun again); a shutdown kill releases it untouched; then
+    ``stopping``: the supervisor began shutting down before the command ended. Order
+    matters: a command we killed while stopping is released at once with its priority,
+    whether the kill came from the shutdown (timeout, second signal) or from its TTR
+    deadline: on shutdown a job may use its whole TTR and is then released, not buried
+    (issue 4), so stopping never costs a job its place (the release still counts in its
+    ``releases``). Outside shutdown a TTR kill is the job's own overrun and buries it. Then
     exit 0 deletes; an exit code listed as permanent buries; any other failure (non-zero
     exit, death by a signal we did not send, a command that could not start) releases with
     backoff, unless this failure is the ``max_releases``-th, which buries at once instead
     of waiting hours only to be buried at the next reservation.
     """
+    if shutdown_killed or (ttr_killed and stopping):
+        return Decision(Outcome.SHUTDOWN_RELEASED, 0)
     if ttr_killed:
         return Decision(Outcome.TIMEOUT_BURIED)
-    if shutdown_killed:
-        return Decision(Outcome.SHUTDOWN_RELEASED, 0)
     if exit_code == 0:
         return Decision(Outcome.DELETED)
     if exit_code is not None and exit_code in bury_exit_codes:

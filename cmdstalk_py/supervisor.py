@@ -5,11 +5,12 @@ States, in order (each transition is made in one place, ``_step``)::
     STARTING --brokers connected--> RUNNING --signal / --max-jobs spent--> DRAINING
     DRAINING --all brokers done--> STOPPED
 
-DRAINING: no new reservations; running jobs may finish until their own TTR deadline, or
-until ``--shutdown-timeout`` (then their process groups get TERM, grace, KILL and the jobs
-are released). A second SIGTERM/SIGINT kills every running command at once and releases its
-job. Signal handlers only count signals; the main loop, woken through the signal wakeup
-fd, acts on the count.
+DRAINING: no new reservations; running jobs may finish until their own TTR deadline or
+``--shutdown-timeout``, whichever comes first; then their process groups get TERM, grace,
+KILL and the jobs are released (a TTR kill while draining releases too, see ``decide``).
+A second SIGTERM/SIGINT kills every running command at once and releases its job. Signal
+handlers only count signals; the main loop, woken through the signal wakeup fd, acts on
+the count.
 """
 
 from __future__ import annotations

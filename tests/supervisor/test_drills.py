@@ -213,3 +213,33 @@ def test_daemon_left_by_a_job_is_reaped_when_it_exits(
         finally:
             _stop(proc)
     assert proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_ttr_kill_during_shutdown_releases(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
+    # Issue 4: on SIGTERM a running job may go on until its TTR deadline; killed there, it
+    # is released (not buried as an overrun would be), and cmdstalk exits 0.
+    producer = beanstalk.client(use="ttrstop")
+    job_id = producer.put(b"", priority=42, ttr=3)
+    started = tmp_path / "started"
+    events = tmp_path / "events.jsonl"
+    proc = start_cmdstalk(
+        "--address", beanstalk.address, "--tubes", "ttrstop", "--cmd",
+        f"touch {started}; sleep 30", "--events", str(events),
+    )  # fmt: skip
+    try:
+        # SIGTERM well before the kill at 1.5 s (TTR 3 with the default margin and grace).
+        wait_until(started.exists, 20, interval=0.01, message="the job running")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err.decode()
+    finally:
+        _stop(proc)
+    (record,) = read_events(events)
+    assert (record["job_id"], record["outcome"]) == (job_id, "shutdown_released")
+    # Killed at its TTR deadline (TERM at 1.5 s), not at the SIGTERM: no --shutdown-timeout.
+    assert record["signal"] == "SIGTERM" and record["duration_ms"] >= 1400
+    stats = producer.stats_job(job_id)
+    assert stats["state"] in ("ready", "delayed")
+    assert (stats["buries"], stats["timeouts"], stats["releases"]) == (0, 0, 1)
+    assert (stats["pri"], stats["delay"]) == (42, 0)

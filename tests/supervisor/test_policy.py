@@ -22,6 +22,7 @@ def _decide(exit_code: int | None, releases: int = 0, **kw: object) -> Decision:
         "exit_code": exit_code,
         "ttr_killed": False,
         "shutdown_killed": False,
+        "stopping": False,
         "releases": releases,
         "max_releases": 10,
     }
@@ -67,12 +68,25 @@ def test_bury_exit_codes_bury_at_once() -> None:
     assert _decide(1, bury_exit_codes=frozenset({65, 78})).outcome is Outcome.RELEASED
 
 
-def test_ttr_kill_buries_even_during_shutdown_and_shutdown_kill_releases() -> None:
-    d = _decide(None, ttr_killed=True, shutdown_killed=True)
+def test_ttr_kill_buries() -> None:
+    d = _decide(None, ttr_killed=True)
     assert d == Decision(Outcome.TIMEOUT_BURIED)
     assert d.command == "bury"
-    d = _decide(None, shutdown_killed=True, releases=9)
-    assert d == Decision(Outcome.SHUTDOWN_RELEASED, 0)
+
+
+def test_ttr_kill_during_shutdown_and_shutdown_kill_release_at_once() -> None:
+    # Issue 4: while stopping, running jobs may run to their TTR deadline, then are killed
+    # and released (not buried), at once and with their priority.
+    for kw in ({"ttr_killed": True}, {"shutdown_killed": True}, {"ttr_killed": True,
+               "shutdown_killed": True}):  # fmt: skip
+        d = _decide(None, releases=9, stopping=True, **kw)
+        assert d == Decision(Outcome.SHUTDOWN_RELEASED, 0)
+        assert d.command == "release"
+
+
+def test_while_stopping_a_command_that_ends_by_itself_is_judged_as_usual() -> None:
+    assert _decide(0, stopping=True) == Decision(Outcome.DELETED)
+    assert _decide(1, releases=2, stopping=True) == Decision(Outcome.RELEASED, 16)
 
 
 def test_backoff_options_reach_the_decision() -> None:

@@ -299,7 +299,6 @@ class Broker:
             # The stop event is never cleared: set now means set before the command ended.
             stopping=self._stop.is_set(),
             releases=releases,
-            max_releases=c.max_releases,
             bury_exit_codes=c.bury_exit_codes,
             backoff_exponent=c.backoff_exponent,
             backoff_max=c.backoff_max,

@@ -111,7 +111,7 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     type=click.IntRange(min=1),
     default=10,
     show_default=True,
-    help="Bury a job at its Nth failure (it runs at most N times).",
+    help="Bury, unrun, a job reserved with N or more releases (each kick forgives one).",
 )
 @_option(
     "--max-timeouts",

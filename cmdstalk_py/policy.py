@@ -1,8 +1,9 @@
 """What to do with a job: pure functions of its stats, the command's end and the config.
 
 No I/O, no clock: the broker measures, these functions decide, and the unit tests check
-every branch without a server. Go cmdstalk's rules are kept (releases⁴ backoff, bury at
-10 releases or after a server-side timeout); its defects are not (see ``kill_schedule``).
+every branch without a server. Go cmdstalk's rules are kept (releases⁴ backoff; bury,
+unrun, a job reserved with 10 releases or after a server-side timeout); its defects are
+not (see ``precheck`` and ``kill_schedule``).
 """
 
 from __future__ import annotations
@@ -57,13 +58,15 @@ def precheck(
     """Bury without running a job that has used up its tries; None means "run it".
 
     Go buried a job reserved with ``releases >= 10`` or ``timeouts >= 1``, so a kicked job
-    was buried again at once, forever. Here a kick forgives: the releases limit applies only
-    to never-kicked jobs (ours bury themselves at the limit, see ``decide``), and each kick
-    offsets one server-side timeout.
+    was buried again at once, forever. Here each kick forgives one release and one
+    server-side timeout: a job buried at the limit and kicked gets one more run (if that
+    fails too, it is released and buried at its next reservation), and kicking a job out
+    of its backoff delay never counts against it. Beanstalkd counts kicks but not releases
+    since the last kick, hence the offset rather than a reset.
     """
     if timeouts - kicks >= max_timeouts:
         return Decision(Outcome.PRECHECK_BURIED)
-    if kicks == 0 and releases >= max_releases:
+    if releases - kicks >= max_releases:
         return Decision(Outcome.PRECHECK_BURIED)
     return None
 
@@ -87,7 +90,6 @@ def decide(
     shutdown_killed: bool,
     stopping: bool,
     releases: int,
-    max_releases: int,
     bury_exit_codes: frozenset[int] = frozenset(),
     backoff_exponent: float = 4.0,
     backoff_max: int | None = None,
@@ -102,8 +104,8 @@ def decide(
     ``releases``). Outside shutdown a TTR kill is the job's own overrun and buries it. Then
     exit 0 deletes; an exit code listed as permanent buries; any other failure (non-zero
     exit, death by a signal we did not send, a command that could not start) releases with
-    backoff, unless this failure is the ``max_releases``-th, which buries at once instead
-    of waiting hours only to be buried at the next reservation.
+    backoff by the job's ``releases`` so far, always: as in Go, the releases limit is
+    checked when the job is next reserved (``precheck``), not here.
     """
     if shutdown_killed or (ttr_killed and stopping):
         return Decision(Outcome.SHUTDOWN_RELEASED, 0)
@@ -112,8 +114,6 @@ def decide(
     if exit_code == 0:
         return Decision(Outcome.DELETED)
     if exit_code is not None and exit_code in bury_exit_codes:
-        return Decision(Outcome.BURIED)
-    if releases + 1 >= max_releases:
         return Decision(Outcome.BURIED)
     return Decision(Outcome.RELEASED, backoff_delay(releases, backoff_exponent, backoff_max))
 

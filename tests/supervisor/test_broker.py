@@ -134,10 +134,12 @@ def test_bury_after_max_releases(beanstalk: BeanstalkServer, tmp_path: Path) -> 
     runs = tmp_path / "runs"
     config = config_for(beanstalk, f"echo run >> {runs}; exit 2", max_releases=3, backoff_max=0)
     broker = Broker(config, "maxrel", 0)
-    outcomes = [run_one(broker).outcome for _ in range(3)]
-    assert outcomes == [Outcome.RELEASED, Outcome.RELEASED, Outcome.BURIED]
+    # Go: every failure releases; reserved with 3 releases, the job is buried unrun.
+    results = [run_one(broker) for _ in range(4)]
+    assert [r.outcome for r in results] == [Outcome.RELEASED] * 3 + [Outcome.PRECHECK_BURIED]
+    assert (results[-1].releases, results[-1].exit_code) == (3, None)
     stats = producer.stats_job(job_id)
-    assert (stats["state"], stats["releases"]) == ("buried", 2)
+    assert (stats["state"], stats["releases"]) == ("buried", 3)
     assert runs.read_text().count("run") == 3
 
 

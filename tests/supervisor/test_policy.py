@@ -24,7 +24,6 @@ def _decide(exit_code: int | None, releases: int = 0, **kw: object) -> Decision:
         "shutdown_killed": False,
         "stopping": False,
         "releases": releases,
-        "max_releases": 10,
     }
     args.update(kw)
     return decide(**args)  # type: ignore[arg-type]
@@ -57,10 +56,12 @@ def test_spawn_failure_and_foreign_signal_count_as_failures() -> None:
     assert _decide(None, releases=1) == Decision(Outcome.RELEASED, 1)
 
 
-def test_the_max_releases_th_failure_buries() -> None:
-    assert _decide(1, releases=8).outcome is Outcome.RELEASED
-    assert _decide(1, releases=9) == Decision(Outcome.BURIED)
-    assert _decide(1, releases=3, max_releases=4).outcome is Outcome.BURIED
+def test_a_failure_always_releases_the_limit_is_checked_at_reservation() -> None:
+    # Go: the 10th failure releases (delay 9⁴ s) like any other; the job is buried unrun
+    # when reserved with 10 releases (``precheck``).
+    assert _decide(1, releases=8) == Decision(Outcome.RELEASED, 4096)
+    assert _decide(1, releases=9) == Decision(Outcome.RELEASED, 6561)
+    assert _decide(1, releases=10) == Decision(Outcome.RELEASED, 10_000)
 
 
 def test_bury_exit_codes_bury_at_once() -> None:
@@ -103,7 +104,10 @@ def test_backoff_options_reach_the_decision() -> None:
         (0, 1, 0, Outcome.PRECHECK_BURIED),  # Go: timed out on the server
         (0, 1, 1, None),  # kicked after that timeout: a fresh try
         (0, 2, 1, Outcome.PRECHECK_BURIED),  # and it timed out again
-        (12, 0, 1, None),  # kicked after the releases limit: a fresh try
+        (10, 0, 1, None),  # kicked after the releases limit: a fresh try
+        (11, 0, 1, Outcome.PRECHECK_BURIED),  # which failed (released) again
+        (11, 0, 2, None),  # kicked once more
+        (3, 0, 3, None),  # kicked out of its backoff delays: never counts against it
     ],
 )
 def test_precheck(releases: int, timeouts: int, kicks: int, expected: Outcome | None) -> None:

@@ -10,6 +10,7 @@ the connection is rebuilt; nothing here raises out of ``run()``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -272,6 +273,9 @@ class Broker:
         env["CMDSTALK_TIMEOUTS"] = str(stats["timeouts"])
         env["CMDSTALK_RESERVES"] = str(stats["reserves"])
         env["CMDSTALK_AGE"] = str(stats["age"])
+        # For at-least-once producers: a retried put re-sends the same bytes, so duplicates
+        # share the key (the same string as spark.datasource.with_idempotency_key).
+        env["CMDSTALK_IDEMPOTENCY_KEY"] = "sha256:" + hashlib.sha256(job.body).hexdigest()
         self._observer.broker_busy(self.tube, self.slot, True)
         try:
             return run_command(

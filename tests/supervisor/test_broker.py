@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 
@@ -79,6 +80,9 @@ def test_ttr_kill_lands_before_the_server_expiry(beanstalk: BeanstalkServer) -> 
 def test_command_environment(beanstalk: BeanstalkServer) -> None:
     producer = beanstalk.client(use="env")
     job_id = producer.put(b"secret-payload", priority=9, ttr=40)
+    # A producer's retry re-puts the same bytes: the duplicate gets the same key.
+    twin_id = producer.put(b"secret-payload", ttr=40)
+    other_id = producer.put(b"other-payload", ttr=40)
     broker = Broker(config_for(beanstalk, "env | sort"), "env", 0, environ={"KEEP": "me"})
     result = run_one(broker)
     env = dict(line.split("=", 1) for line in result.stdout_tail.splitlines() if "=" in line)
@@ -92,10 +96,21 @@ def test_command_environment(beanstalk: BeanstalkServer) -> None:
         "CMDSTALK_TIMEOUTS": "0",
         "CMDSTALK_RESERVES": "1",
         "CMDSTALK_AGE": env["CMDSTALK_AGE"],
+        # The same string as cmdstalk_py.spark.datasource.with_idempotency_key.
+        "CMDSTALK_IDEMPOTENCY_KEY": "sha256:" + hashlib.sha256(b"secret-payload").hexdigest(),
     }
     assert {k: v for k, v in env.items() if k.startswith("CMDSTALK_")} == expected
     assert int(env["CMDSTALK_AGE"]) >= 0
     assert "secret-payload" not in result.stdout_tail
+
+    def key_of(expected_id: int) -> str:
+        result = run_one(broker)
+        assert result.job_id == expected_id
+        line = next(x for x in result.stdout_tail.splitlines() if "IDEMPOTENCY" in x)
+        return line.split("=", 1)[1]
+
+    assert key_of(twin_id) == expected["CMDSTALK_IDEMPOTENCY_KEY"]
+    assert key_of(other_id) == "sha256:" + hashlib.sha256(b"other-payload").hexdigest()
 
 
 def test_backoff_delays_measured_from_stats_job(beanstalk: BeanstalkServer) -> None:

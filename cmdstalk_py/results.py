@@ -17,9 +17,9 @@ class Outcome(enum.Enum):
 
     DELETED = "deleted"  # the command exited 0
     RELEASED = "released"  # non-zero exit: released with a backoff delay
-    BURIED = "buried"  # permanent failure: bury-exit-code, or max releases reached
+    BURIED = "buried"  # permanent failure: an exit code listed in --bury-exit-codes
     TIMEOUT_BURIED = "timeout_buried"  # killed before its TTR elapsed, then buried
-    PRECHECK_BURIED = "precheck_buried"  # buried without running (releases/timeouts limit)
+    PRECHECK_BURIED = "precheck_buried"  # buried unrun (max releases / max timeouts reached)
     SHUTDOWN_RELEASED = "shutdown_released"  # killed by shutdown, released for a later run
     LOST = "lost"  # connection lost or NOT_FOUND: the server had already taken the job back
 

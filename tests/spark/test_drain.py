@@ -76,7 +76,7 @@ def test_drain_handles_every_job_like_cmdstalk(
             "--idle-timeout",
             "3",
             "--max-releases",
-            "3",
+            "2",
             "--bury-exit-codes",
             "3",
             "--events",
@@ -85,12 +85,13 @@ def test_drain_handles_every_job_like_cmdstalk(
     )
     assert run.exit_code == 0, run.output
     records = [json.loads(line) for line in events.read_text().splitlines()]
-    # One row per handled job: retries come back (delay 0, then 1 s) and are buried at
-    # their third failure; exit 3 buries; the slow job is killed before its TTR and buried.
+    # One row per handled job: retries come back (delay 0, then 1 s) and are buried unrun
+    # when reserved with 2 releases; exit 3 buries; the slow job is killed before its TTR
+    # and buried.
     assert Counter((r["tube"], r["outcome"]) for r in records) == {
         ("t1", "deleted"): 6,
         ("t1", "released"): 4,
-        ("t1", "buried"): 2,
+        ("t1", "precheck_buried"): 2,
         ("t2", "deleted"): 4,
         ("t2", "buried"): 2,
         ("t2", "timeout_buried"): 1,
@@ -101,7 +102,7 @@ def test_drain_handles_every_job_like_cmdstalk(
     assert releases == [(0, 0), (0, 0), (1, 1), (1, 1)]
     slow = next(r for r in records if r["outcome"] == "timeout_buried")
     assert slow["signal"] in ("SIGTERM", "SIGKILL") and slow["duration_ms"] < 2000
-    assert "19 jobs" in run.output and "t1: buried 2, deleted 6, released 4" in run.output
+    assert "19 jobs" in run.output and "t1: deleted 6, precheck_buried 2, released 4" in run.output
     # The server agrees: only the buried jobs are left.
     stats = {t: beanstalk.client().stats_tube(t) for t in ("t1", "t2")}
     assert [(s["current-jobs-ready"], s["current-jobs-buried"]) for s in stats.values()] == [

@@ -206,6 +206,37 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     help="Max job size of the --embedded server, bytes.",
 )
 @_option(
+    "--binlog",
+    env="BINLOG",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With --embedded: keep jobs in a write-ahead log in DIR (cmdstalk-server -b).",
+)
+@_option(
+    "--binlog-fsync",
+    env="BINLOG_FSYNC",
+    metavar="MS",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="With --binlog: fsync at most every MS ms; 0 = before every reply (-f).",
+)
+@_option(
+    "--binlog-no-fsync/--binlog-fsync-on",
+    env="BINLOG_NO_FSYNC",
+    default=False,
+    help="With --binlog: never fsync (-F).",
+)
+@_option(
+    "--binlog-size",
+    env="BINLOG_SIZE",
+    metavar="BYTES",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --binlog: size of each binlog file (-s; default 10485760).",
+)
+@_option(
     "--log-format",
     env="LOG_FORMAT",
     type=click.Choice(["text", "json"]),
@@ -255,6 +286,10 @@ def command(
     shutdown_timeout: float | None,
     embedded: bool,
     embedded_max_job_size: int | None,
+    binlog: str | None,
+    binlog_fsync: int,
+    binlog_no_fsync: bool,
+    binlog_size: int | None,
     log_format: str,
     log_level: str,
     events: str | None,
@@ -263,6 +298,10 @@ def command(
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
     """
+    if binlog is not None and not embedded:
+        raise click.BadParameter(
+            "only the --embedded server has a binlog; give --embedded too", param_hint="--binlog"
+        )
     config = Config(
         cmd=cmd,
         host=address[0],
@@ -285,6 +324,10 @@ def command(
     extras = Extras(
         embedded=embedded,
         embedded_max_job_size=embedded_max_job_size,
+        binlog=binlog,
+        binlog_fsync_ms=binlog_fsync,
+        binlog_no_fsync=binlog_no_fsync,
+        binlog_size=binlog_size,
         log_format=log_format,
         log_level=log_level.upper(),
         events=events,

@@ -35,6 +35,10 @@ class Extras:
 
     embedded: bool = False
     embedded_max_job_size: int | None = None
+    binlog: str | None = None  # the embedded server's -b DIR
+    binlog_fsync_ms: int = 50  # -f MS
+    binlog_no_fsync: bool = False  # -F
+    binlog_size: int | None = None  # -s BYTES
     log_format: str = "text"
     log_level: str = "INFO"
     events: str | None = None
@@ -95,15 +99,25 @@ def _embedded_server(config: Config, extras: Extras) -> Iterator[None]:
     kwargs: dict[str, Any] = {}
     if extras.embedded_max_job_size is not None:
         kwargs["max_job_size"] = extras.embedded_max_job_size
+    if extras.binlog is not None:
+        kwargs["binlog_dir"] = extras.binlog
+        kwargs["fsync_ms"] = extras.binlog_fsync_ms
+        kwargs["fsync_never"] = extras.binlog_no_fsync
+        if extras.binlog_size is not None:
+            kwargs["segment_size"] = extras.binlog_size
     server = EmbeddedServer(config.host, config.port, **kwargs)
     try:
         server.start()
-    except OSError as e:
+    except Exception as e:  # OSError for the port, BinlogError for a locked or foreign dir
         raise click.ClickException(
             f"cannot start the embedded server on {config.address}: {e}"
         ) from None
     try:
-        log.info("embedded server listening on %s", config.address)
+        log.info(
+            "embedded server listening on %s%s",
+            config.address,
+            f", binlog in {extras.binlog}" if extras.binlog else "",
+        )
         yield
     finally:
         server.stop()

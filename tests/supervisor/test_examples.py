@@ -94,3 +94,57 @@ def test_embedded_port_in_use_is_one_error_line() -> None:
         next(line for line in lines if "cannot start the embedded server" in line)
     ]
     assert "Traceback" not in err.decode()
+
+
+def test_embedded_binlog_keeps_jobs_across_restarts(tmp_path: Path) -> None:
+    """`cmdstalk --embedded --binlog DIR`: jobs the first run buried are there for the next."""
+    binlog = tmp_path / "binlog"
+    port = free_port()
+    args = ("--embedded", f"--address=127.0.0.1:{port}", "--binlog", str(binlog),
+            "--binlog-fsync", "0")  # fmt: skip
+    first = start_cmdstalk(*args, "--tubes", "keep", "--cmd", "exit 3", "--bury-exit-codes", "3")
+    try:
+        wait_until(lambda: accepts_connections("127.0.0.1", port), 15, message="embedded server")
+        with greenstalk.Client(("127.0.0.1", port), use="keep") as producer:
+            ids = [producer.put(body, priority=7) for body in ("alpha", "beta")]
+            wait_until(
+                lambda: producer.stats_tube("keep")["current-jobs-buried"] == 2,
+                20,
+                message="both jobs buried",
+            )
+        # A second server on the same binlog directory is refused, clearly.
+        second = start_cmdstalk(*args[:1], f"--address=127.0.0.1:{free_port()}", *args[2:],
+                                "--cmd", "cat")  # fmt: skip
+        _, err = second.communicate(timeout=20)
+        assert second.returncode == 1
+        assert "cannot start the embedded server" in err.decode()
+        assert str(binlog) in err.decode() and "Traceback" not in err.decode()
+        first.terminate()
+        assert first.wait(timeout=20) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    # Restart on the same directory, serving another tube: the buried jobs are still there.
+    again = start_cmdstalk(*args, "--tubes", "other", "--cmd", "cat")
+    try:
+        wait_until(lambda: accepts_connections("127.0.0.1", port), 15, message="restarted server")
+        with greenstalk.Client(("127.0.0.1", port), use="keep") as client:
+            found = [client.peek(i) for i in ids]
+            assert [job.body for job in found] == ["alpha", "beta"]
+            assert [client.stats_job(i)["state"] for i in ids] == ["buried", "buried"]
+            assert [client.stats_job(i)["pri"] for i in ids] == [7, 7]
+            assert client.put("gamma") > max(ids)  # ids never repeat
+    finally:
+        again.terminate()
+        again.wait(timeout=20)
+
+
+def test_binlog_needs_embedded() -> None:
+    proc = start_cmdstalk("--binlog", "/tmp/nowhere", "--cmd", "cat")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert [line for line in err.decode().splitlines() if line.startswith("Error:")] == [
+        "Error: Invalid value for --binlog: only the --embedded server has a binlog; "
+        "give --embedded too"
+    ]

@@ -1,16 +1,14 @@
-"""One client connection: framing, pipelining, flow control and its own output buffer.
+"""One client connection: reading, flow control, its own output buffer, closing.
 
 Connections are driven by ``net.Server`` straight from an epoll set, without asyncio
-transports: a readable socket costs one ``recv``, its replies one ``send`` (that is most
-of what a request costs in Python). Framing follows 1.12 exactly (docs §1): a line ends
-at the first ``\\r`` if ``\\n`` follows it, within a 224-byte window; a full window without
-one is thrown away and the input discarded up to the next CRLF (BAD_FORMAT). Replies to
-one batch of input go out together. A blocked reserve holds the connection's later
-commands until it is answered.
+transports: a readable socket costs one ``recv_into``, its replies one ``send`` (that is
+most of what a request costs in Python). What the bytes mean is ``framing``'s business.
+Replies to one batch of input go out together. A blocked reserve holds the connection's
+later commands until it is answered.
 
 Memory per connection is bounded: unprocessed input past ``INPUT_LIMIT`` stops reading
 (the kernel buffers the rest), unsent output past ``WRITE_HIGH`` stops processing input
-until it drains below ``WRITE_LOW``. Every reply goes through ``_send``, which holds it
+until it drains below ``WRITE_LOW``. Every reply goes through ``send``, which holds it
 back while a ``-f 0`` binlog has changes that are not durable yet (see ``net``).
 """
 
@@ -18,39 +16,25 @@ from __future__ import annotations
 
 import socket
 import sys
-import time
 from select import EPOLLIN, EPOLLOUT
 from typing import TYPE_CHECKING
 
 from cmdstalk_py.server import protocol as p
+from cmdstalk_py.server.framing import BODY, CMD, SKIP, process
 
 if TYPE_CHECKING:
     from cmdstalk_py.server.net import Server
 
-_CMD = 0  # reading a command line
-_BODY = 1  # reading a put body
-_SKIP = 2  # throwing away a JOB_TOO_BIG body
-_ENDLINE = 3  # throwing away a too-long line up to its CRLF
-
-_WINDOW = p.LINE_LIMIT
 #: Bytes asked of the kernel per read, into a buffer shared by the connections of one
 #: server (a fresh 256 KiB bytes object per ``recv`` can cost an mmap/munmap pair).
 RECV_SIZE = 1 << 18
 #: Stop reading from a connection holding this much unprocessed input (blocked reserve,
 #: or a client that does not read its replies); the kernel buffers the rest.
 INPUT_LIMIT = 1 << 20
-#: Flush replies mid-batch once this many bytes are pending, to notice a slow reader.
-_FLUSH_AT = 1 << 18
 #: Unsent output above which the connection stops processing input, and below which
 #: (after that) it starts again.
 WRITE_HIGH = 1 << 20
 WRITE_LOW = WRITE_HIGH // 4
-
-_Put = p.Put
-_Rejected = p.Rejected
-_Quit = p.Quit
-_parse = p.parse_command
-_clock = time.monotonic
 
 
 class Connection:
@@ -92,12 +76,12 @@ class Connection:
         self.sock = sock
         self.fd = sock.fileno()
         self.rbuf = server.recv_buffer
-        self.mode = _CMD
+        self.mode = CMD
         # Unprocessed input kept between reads.
         self.parts: list[bytes] = []
         self.parts_len = 0
         self.put: p.Put | None = None
-        self.need = 0  # bytes still wanted in _BODY / _SKIP mode
+        self.need = 0  # bytes still wanted in BODY / SKIP mode
         self.skip_reply = b""
         self.blocked = False  # waiting in a reserve
         self.write_paused = False  # too much output waiting: input is not processed
@@ -134,17 +118,17 @@ class Connection:
             return
         data = buffer[:got].tobytes()
         # Fast path: nothing held back, reading commands.
-        if not self.parts and self.mode == _CMD and not (
+        if not self.parts and self.mode == CMD and not (
             self.blocked or self.write_paused or self.closing
         ):
             try:
-                self._process([], data)
+                process(self, [], data)
             except Exception as exc:  # never let one client take the server down
                 self._drop(exc)
             return
         if self.closing:
             return
-        if self.mode == _SKIP and not self.parts:
+        if self.mode == SKIP and not self.parts:
             # JOB_TOO_BIG: discard without keeping anything.
             need = self.need
             if len(data) < need:
@@ -152,7 +136,7 @@ class Connection:
                 return
             data = data[need:]
             self.need = 0
-            self.mode = _CMD
+            self.mode = CMD
             self._answer([self.skip_reply], data)
             return
         self.parts.append(data)
@@ -162,7 +146,7 @@ class Connection:
             if self.parts_len > INPUT_LIMIT:
                 self._pause_reading()
             return
-        if self.mode == _BODY and self.parts_len < self.need:
+        if self.mode == BODY and self.parts_len < self.need:
             return
         data = b"".join(self.parts)
         self.parts = []
@@ -199,7 +183,7 @@ class Connection:
             reply = self.engine.abort_wait(self.session)
             self.blocked = False
             if reply is not None:
-                self._send(reply)
+                self.send(reply)
         if not self.write_paused:
             self._resume()
 
@@ -220,7 +204,7 @@ class Connection:
 
     # ---------------------------------------------------------------- output
 
-    def _send(self, data: bytes) -> None:
+    def send(self, data: bytes) -> None:
         """The one way out for replies: written now, or held until the journal syncs."""
         server = self.server
         if self.hold and (self.held or server.durable.needs_sync):  # type: ignore[union-attr]
@@ -250,13 +234,13 @@ class Connection:
         except OSError:
             # The peer is gone. Not torn down here: the batch being processed still uses
             # the session; its replies go nowhere.
-            self._broken()
+            self.send_failed()
             return
         if n < len(data):
-            self._queue(data[n:])
+            self.queue_rest(data[n:])
 
-    def _queue(self, rest: bytes) -> None:
-        # The kernel took only part: keep the rest (nothing was queued before it).
+    def queue_rest(self, rest: bytes) -> None:
+        """The kernel took only part of a reply: keep ``rest`` (nothing was queued before)."""
         self.out.append(rest)
         self.out_size = len(rest)
         if self.out_size > WRITE_HIGH:
@@ -281,7 +265,8 @@ class Connection:
             self.write_paused = False
             self._schedule_resume()
 
-    def _broken(self) -> None:
+    def send_failed(self) -> None:
+        """The peer is gone: drop output, end the connection on the next loop iteration."""
         if not self.broken:
             self.broken = True
             self.closing = True
@@ -293,8 +278,8 @@ class Connection:
         self.teardown()
         self.server.after_batch()
 
-    def _close(self) -> None:
-        # quit or EOF: close once every reply is out (held ones go first).
+    def close_when_done(self) -> None:
+        """quit or EOF: close once every reply is out (held ones go first)."""
         self.closing = True
         if self.held or self.out:
             self.close_when_sent = True
@@ -323,7 +308,7 @@ class Connection:
         self.blocked = False
         if self.closing:
             return
-        self._send(reply)
+        self.send(reply)
         if self.parts or self.eof:
             self._schedule_resume()
 
@@ -346,31 +331,32 @@ class Connection:
         if self.read_paused:
             self.read_paused = False
             self._update_mask()
-        if self.mode == _SKIP:
+        if self.mode == SKIP:
             take = min(self.need, len(data))
             self.need -= take
             data = data[take:]
             if self.need:
-                self._finish_eof()
+                self.finish_eof()
                 return
-            self.mode = _CMD
+            self.mode = CMD
             self._answer([self.skip_reply], data)
             return
-        if self.mode == _BODY and len(data) < self.need:
+        if self.mode == BODY and len(data) < self.need:
             if data:
                 self.parts = [data]
                 self.parts_len = len(data)
-            self._finish_eof()
+            self.finish_eof()
             return
         self._answer([], data)
 
-    def _finish_eof(self) -> None:
+    def finish_eof(self) -> None:
+        """After a half-close: close once nothing is waiting any more."""
         if self.eof and not self.blocked and not self.closing:
-            self._close()
+            self.close_when_done()
 
     def _answer(self, out: list[bytes], data: bytes) -> None:
         try:
-            self._process(out, data)
+            process(self, out, data)
         except Exception as exc:  # never let one client take the server down
             self._drop(exc)
 
@@ -378,120 +364,8 @@ class Connection:
         print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
         self.teardown()
 
-    def _process(self, out: list[bytes], data: bytes) -> None:
-        engine = self.engine
-        session = self.session
-        n = len(data)
-        pos = 0
-        mode = self.mode
-        if mode == _BODY:
-            put = self.put
-            assert put is not None
-            need = self.need
-            if n < need:
-                self._keep(data, 0)
-                return
-            out.append(engine.put(session, put, data[:need], _clock()))
-            pos = need
-            mode = self.mode = _CMD
-        out_size = 0
-        max_job_size = engine.max_job_size
-        execute = engine.execute
-        # Puts of one batch share one clock reading: their jobs then share one float object
-        # for their creation time, which is 24 bytes per job saved on pipelined fills.
-        put_now = _clock()
-        while pos < n:
-            if mode == _CMD:
-                end = pos + _WINDOW
-                if end > n:
-                    end = n
-                i = data.find(b"\r", pos, end - 1)
-                if i < 0 or data[i + 1] != 10:
-                    if end - pos < _WINDOW:
-                        break
-                    # A full window without a line end: drop it, then skip to CRLF.
-                    pos = end
-                    mode = self.mode = _ENDLINE
-                    continue
-                cmd = _parse(data[pos:i], max_job_size)
-                pos = i + 2
-                kind = type(cmd)
-                if kind is _Put:
-                    engine.begin_put(session)
-                    need = cmd.size + 2  # type: ignore[union-attr]
-                    if n - pos < need:
-                        self.put = cmd  # type: ignore[assignment]
-                        self.need = need
-                        mode = self.mode = _BODY
-                        break
-                    reply = engine.put(session, cmd, data[pos : pos + need], put_now)  # type: ignore[arg-type]
-                    pos += need
-                elif kind is _Rejected:
-                    reply = execute(session, cmd, 0.0)  # type: ignore[assignment]
-                    skip = cmd.skip  # type: ignore[union-attr]
-                    if skip:
-                        if n - pos < skip:
-                            self.need = skip - (n - pos)
-                            self.skip_reply = reply
-                            pos = n
-                            mode = self.mode = _SKIP
-                            break
-                        pos += skip
-                elif kind is _Quit:
-                    self._flush(out)
-                    self._close()
-                    return
-                else:
-                    # The clock is read per command, like 1.12: times in replies must not lag.
-                    r = execute(session, cmd, _clock())
-                    if r is None:
-                        if not self.eof:
-                            self.blocked = True
-                            break
-                        r = engine.abort_wait(session) or p.TIMED_OUT
-                    reply = r
-                out.append(reply)
-                out_size += len(reply)
-                if out_size > _FLUSH_AT:
-                    self._flush(out)
-                    out = []
-                    out_size = 0
-                    if self.write_paused:
-                        break
-            else:  # _ENDLINE
-                end = pos + _WINDOW
-                if end > n:
-                    end = n
-                i = data.find(b"\r", pos, end - 1)
-                if i < 0 or data[i + 1] != 10:
-                    if end - pos < _WINDOW:
-                        break
-                    pos = end
-                    continue
-                pos = i + 2
-                out.append(p.BAD_FORMAT)
-                mode = self.mode = _CMD
-        if out:
-            reply = out[0] if len(out) == 1 else b"".join(out)
-            if self.out or self.hold or self.broken:
-                self._send(reply)
-            else:
-                # _write's common case, inline: the kernel takes the whole reply.
-                try:
-                    sent = self.sock.send(reply)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except OSError:
-                    self._broken()
-                    sent = len(reply)
-                if sent < len(reply):
-                    self._queue(reply[sent:])
-        if pos < n:
-            self._keep(data, pos)
-        if self.eof and not self.blocked:
-            self._finish_eof()
-
-    def _keep(self, data: bytes, pos: int) -> None:
+    def keep_input(self, data: bytes, pos: int) -> None:
+        """Keep ``data[pos:]`` (an incomplete line or body) for the next read."""
         if pos < len(data):
             rest = data[pos:] if pos else data
             self.parts = [rest]
@@ -499,6 +373,7 @@ class Connection:
             if self.parts_len > INPUT_LIMIT and (self.blocked or self.write_paused):
                 self._pause_reading()
 
-    def _flush(self, out: list[bytes]) -> None:
+    def flush(self, out: list[bytes]) -> None:
+        """Send the replies collected so far."""
         if out:
-            self._send(out[0] if len(out) == 1 else b"".join(out))
+            self.send(out[0] if len(out) == 1 else b"".join(out))

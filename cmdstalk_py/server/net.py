@@ -9,7 +9,7 @@ One loop timer, re-armed to the earlier of the engine's and the journal's next d
 drives every timeout and every binlog fsync.
 
 With a binlog in ``-f 0`` mode nothing is acknowledged before it is durable: every reply
-goes through ``Connection._send``, which holds it back while the journal has changes not
+goes through ``Connection.send``, which holds it back while the journal has changes not
 yet on disk. One journal tick per loop iteration (``call_soon``) then makes every change
 of that iteration durable with one fsync (a group commit over all connections) and writes
 the held replies, in order. A failed fsync keeps them held and is retried.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import socket
 import sys
@@ -55,8 +56,10 @@ def serve(
             loop.close()
             return 1
     engine = Engine(loop.time(), max_job_size, journal or NullJournal(binlog_size))
-    if journal is not None:
-        restore(journal, engine, loop.time())
+    if journal is not None and restore(journal, engine, loop.time()):
+        # The recovered jobs live long: keep them out of every future full collection
+        # (with a million jobs one would stall the loop for a quarter of a second).
+        gc.freeze()
     server = Server(engine, loop, journal)
     # From here on the loop owns the signals; its handlers only flip state.
     loop.add_signal_handler(signal.SIGUSR1, server.drain)

@@ -1,154 +1,27 @@
 """Durability drills on real server processes: ``cmdstalk-server -b DIR`` and ``beanstalkd -b``.
 
-Restarts (graceful and kill -9) preserve every job; ids never repeat; a kill -9 under a
-pipelined load with ``-f 0`` loses nothing that was acknowledged and brings back nothing
-that was deleted; a second server on the same directory fails clearly; disk errors are
-answered and survived. The restart scenario also runs against the real beanstalkd 1.12,
-and the test spells out where 1.12 differs (see ``BEANSTALKD_DIFFERS``).
+Restarts (graceful and kill -9) preserve every job; ids never repeat; a second server on
+the same directory fails clearly; disk errors are answered and survived; ``-f 0`` holds
+replies until their fsync (the kill -9 under load is in ``test_durable_load``). The
+restart scenario also runs against the real beanstalkd 1.12, and the test spells out
+where 1.12 differs (see ``BEANSTALKD_DIFFERS``).
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import re
-import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from cmdstalk_py.server.embedded import EmbeddedServer
 from tests.binlog.faults import FaultyOps
-from tests.helpers import accepts_connections, beanstalkd_path, free_port, wait_until
-
-SERVER = [sys.executable, "-m", "cmdstalk_py.server"]
-KINDS = ["bundled", "beanstalkd"]
-
-
-# ------------------------------------------------------------------ processes
-
-
-@dataclass
-class Proc:
-    """A server process listening on 127.0.0.1:port."""
-
-    kind: str
-    proc: subprocess.Popen[bytes]
-    port: int
-
-    def crash(self) -> None:
-        """kill -9: nothing is closed, nothing flushed by the server."""
-        with suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> int:
-        """SIGTERM; the exit status (beanstalkd dies of the signal: reported as 0)."""
-        with suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        status = self.proc.wait(timeout=10)
-        return 0 if self.kind == "beanstalkd" and status == -signal.SIGTERM else status
-
-    def stderr(self) -> str:
-        assert self.proc.stderr is not None
-        return self.proc.stderr.read().decode(errors="replace")
-
-
-def command(kind: str, port: int, directory: Path, flags: tuple[str, ...]) -> list[str]:
-    if kind == "beanstalkd":
-        binary = beanstalkd_path()
-        if binary is None:
-            pytest.skip("beanstalkd not found")
-        base = [binary]
-    else:
-        base = SERVER
-    return [*base, "-l", "127.0.0.1", "-p", str(port), "-b", str(directory), *flags]
-
-
-@contextmanager
-def server(kind: str, directory: Path, *flags: str) -> Iterator[Proc]:
-    """Start ``kind`` with ``-b directory``, wait until it accepts, kill it in finally."""
-    for attempt in range(3):
-        port = free_port()
-        popen = subprocess.Popen(
-            command(kind, port, directory, flags), stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        p = Proc(kind, popen, port)
-        try:
-            wait_until(
-                lambda popen=popen, port=port: popen.poll() is not None
-                or accepts_connections("127.0.0.1", port),
-                timeout=30, message=f"{kind} accepting on {port}",
-            )  # fmt: skip
-            if popen.poll() is not None:
-                err = p.stderr()
-                if attempt < 2 and "listen" in err:
-                    continue  # lost the port to someone else
-                raise AssertionError(f"{kind} exited with {popen.returncode}: {err}")
-            yield p
-            return
-        finally:
-            if popen.poll() is None:
-                p.crash()
-            if popen.stderr is not None:
-                popen.stderr.close()
-    raise AssertionError("no free port")
-
-
-class Conn:
-    """A raw protocol connection with a reply reader."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
-        self.buf = b""
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _fill(self) -> None:
-        chunk = self.sock.recv(1 << 16)
-        if not chunk:
-            raise EOFError("server closed the connection")
-        self.buf += chunk
-
-    def reply(self) -> tuple[bytes, bytes | None]:
-        """(reply line, data chunk for RESERVED/FOUND/OK else None)."""
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        words = line.split(b" ")
-        if words[0] not in (b"RESERVED", b"FOUND", b"OK"):
-            return line, None
-        size = int(words[-1])
-        while len(self.buf) < size + 2:
-            self._fill()
-        data, self.buf = self.buf[:size], self.buf[size + 2 :]
-        return line, data
-
-    def do(self, line: bytes, body: bytes | None = None) -> tuple[bytes, bytes | None]:
-        self.sock.sendall(line + b"\r\n" + (b"" if body is None else body + b"\r\n"))
-        return self.reply()
-
-    def put(self, body: bytes, pri: int = 0, delay: int = 0, ttr: int = 60) -> int:
-        line, _ = self.do(b"put %d %d %d %d" % (pri, delay, ttr, len(body)), body)
-        assert line.startswith(b"INSERTED "), line
-        return int(line.split()[1])
-
-    def yaml(self, line: bytes) -> dict[str, str]:
-        head, data = self.do(line)
-        if data is None:
-            return {"reply": head.decode()}
-        return dict(re.findall(r"^([\w-]+): (.*)$", data.decode(), re.M))
-
+from tests.helpers import free_port, wait_until
+from tests.server.durable_procs import KINDS, SERVER, Conn, server
 
 # ------------------------------------------------------------------ restart scenario
 
@@ -304,103 +177,6 @@ def test_unusable_directory_fails_clearly(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=30)  # fmt: skip
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].startswith("cmdstalk-server: cannot create")
-
-
-# ------------------------------------------------------------------ kill -9 under load
-
-
-@dataclass
-class Ledger:
-    """What the clients know: puts sent, acknowledged puts (id -> body), deletes sent and
-    acknowledged. A delete sent but not acknowledged may or may not have happened."""
-
-    sent: set[bytes] = field(default_factory=set)
-    inserted: dict[int, bytes] = field(default_factory=dict)
-    delete_sent: set[int] = field(default_factory=set)
-    deleted: set[int] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def producer(port: int, ledger: Ledger, tag: int, stop: threading.Event) -> None:
-    with suppress(OSError, EOFError):
-        c = Conn(port)
-        n = 0
-        while not stop.is_set():
-            bodies = [b"p%d-%d\r\n\x00" % (tag, n + i) + os.urandom(n % 7) for i in range(25)]
-            n += 25
-            with ledger.lock:
-                ledger.sent.update(bodies)
-            c.sock.sendall(b"".join(b"put %d 0 60 %d\r\n%b\r\n" % (n % 3, len(b), b)
-                                    for b in bodies))  # fmt: skip
-            for body in bodies:
-                line, _ = c.reply()
-                assert line.startswith(b"INSERTED "), line
-                with ledger.lock:
-                    ledger.inserted[int(line.split()[1])] = body
-
-
-def worker(port: int, ledger: Ledger, stop: threading.Event) -> None:
-    with suppress(OSError, EOFError):
-        c = Conn(port)
-        while not stop.is_set():
-            c.sock.sendall(b"reserve-with-timeout 0\r\n" * 10)
-            got = []
-            for _ in range(10):
-                line, _ = c.reply()
-                if line.startswith(b"RESERVED"):
-                    got.append(int(line.split()[1]))
-            if not got:
-                continue
-            with ledger.lock:
-                ledger.delete_sent.update(got)
-            c.sock.sendall(b"".join(b"delete %d\r\n" % jid for jid in got))
-            for jid in got:
-                line, _ = c.reply()
-                assert line == b"DELETED", line
-                with ledger.lock:
-                    ledger.deleted.add(jid)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-def test_kill_9_under_pipelined_load_loses_nothing_acknowledged(
-    kind: str, tmp_path: Path
-) -> None:
-    ledger = Ledger()
-    stop = threading.Event()
-    with server(kind, tmp_path, "-f", "0") as proc:
-        threads = [threading.Thread(target=producer, args=(proc.port, ledger, i, stop))
-                   for i in range(2)]  # fmt: skip
-        threads += [threading.Thread(target=worker, args=(proc.port, ledger, stop))
-                    for _ in range(2)]  # fmt: skip
-        for t in threads:
-            t.start()
-        try:
-            wait_until(lambda: len(ledger.inserted) >= 2000 and len(ledger.deleted) >= 500,
-                       timeout=40, interval=0.01, message="load")  # fmt: skip
-            proc.crash()  # mid-load: the clients are in the middle of pipelines
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=20)
-    with server(kind, tmp_path, "-f", "0") as proc:
-        c = Conn(proc.port)
-        top = len(ledger.sent)  # no job id can be higher than the number of puts sent
-        c.sock.sendall(b"".join(b"peek %d\r\n" % jid for jid in range(1, top + 1)))
-        present = {}
-        for jid in range(1, top + 1):
-            _line, body = c.reply()
-            if body is not None:
-                present[jid] = body
-        c.close()
-    kept = set(ledger.inserted) - ledger.delete_sent
-    lost = [jid for jid in kept if present.get(jid) != ledger.inserted[jid]]
-    assert not lost, f"{len(lost)} acknowledged jobs lost or changed, e.g. {lost[:5]}"
-    back = ledger.deleted & set(present)
-    assert not back, f"deleted jobs came back: {sorted(back)[:5]}"
-    # Nothing invented: every job present was sent, once.
-    assert set(present.values()) <= ledger.sent
-    assert len(set(present.values())) == len(present)
 
 
 # ------------------------------------------------------------------ disk errors

@@ -16,7 +16,7 @@ from tests.helpers import BeanstalkServer
 
 def binary_client(
     server: BeanstalkServer, use: str = "default", watch: str = "default"
-) -> greenstalk.Client:
+) -> greenstalk.Client[bytes]:
     """A greenstalk client that leaves bodies as bytes (bodies here are not UTF-8)."""
     return greenstalk.Client((server.host, server.port), encoding=None, use=use, watch=watch)
 
@@ -27,7 +27,7 @@ def bury_jobs(server: BeanstalkServer, tube: str, n: int) -> dict[int, tuple[byt
         return _bury(client, n)
 
 
-def _bury(client: greenstalk.Client, n: int) -> dict[int, tuple[bytes, int, int]]:
+def _bury(client: greenstalk.Client[bytes], n: int) -> dict[int, tuple[bytes, int, int]]:
     jobs: dict[int, tuple[bytes, int, int]] = {}
     for i in range(n):
         body = b"dead-%d\r\n\x00\xff" % i

@@ -76,7 +76,7 @@ def test_sigterm_with_jobs_in_flight_loses_nothing(
     assert len(finished) >= 3  # the ones in flight ran to the end
     stats = producer.stats_tube("drill")
     assert stats["current-jobs-reserved"] == 0 and stats["current-jobs-buried"] == 0
-    left = set()
+    left: set[int] = set()
     while stats["current-jobs-ready"] > len(left):
         job = beanstalk.client(watch="drill").reserve(timeout=1)
         left.add(job.id)

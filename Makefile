@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check cmdstalk_py tests benchmarks examples
 	$(VENV)/bin/mypy --strict
 	$(VENV)/bin/mypy --strict benchmarks examples
+	$(VENV)/bin/mypy --strict tests
 
 # The quick start: bundled server in-process, example jobs, the supervisor until all are done.
 demo: $(STAMP)

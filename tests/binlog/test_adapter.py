@@ -157,7 +157,10 @@ def test_update_fast_path_writes_the_same_payload_as_the_record(tmp_path: Path) 
     engine, journal = start(tmp_path, clock)
     s = engine.connect()
     seen: list[tuple[int, bytes]] = []
-    journal.binlog.update_raw = lambda jid, payload, urgent=True: seen.append((jid, payload))  # type: ignore[method-assign]
+    def record_update(job_id: int, payload: bytes, urgent: bool = True) -> None:
+        seen.append((job_id, payload))
+
+    journal.binlog.update_raw = record_update  # type: ignore[method-assign]
     run(engine, s, b"put 3 0 9 1", clock.now(), b"a")
     run(engine, s, b"reserve-job 1", clock.now())
     run(engine, s, b"release 1 7 30", clock.now())  # delayed: the deadline is in the payload

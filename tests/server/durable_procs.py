@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +73,7 @@ def server(kind: str, directory: Path, *flags: str) -> Iterator[Proc]:
         p = Proc(kind, popen, port)
         try:
             wait_until(
-                lambda popen=popen, port=port: popen.poll() is not None
-                or accepts_connections("127.0.0.1", port),
+                _exited_or_listening(popen, port),
                 timeout=30, message=f"{kind} accepting on {port}",
             )  # fmt: skip
             if popen.poll() is not None:
@@ -136,3 +135,7 @@ class Conn:
         if data is None:
             return {"reply": head.decode()}
         return dict(re.findall(r"^([\w-]+): (.*)$", data.decode(), re.M))
+
+
+def _exited_or_listening(popen: subprocess.Popen[bytes], port: int) -> Callable[[], bool]:
+    return lambda: popen.poll() is not None or accepts_connections("127.0.0.1", port)

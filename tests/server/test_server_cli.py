@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -155,7 +156,7 @@ def test_console_script_and_startup_time() -> None:
         start = time.monotonic()
         proc = subprocess.Popen([*cmd, "-p", str(port)], start_new_session=True)
         try:
-            wait_until(lambda p=port: accepts_connections("127.0.0.1", p), timeout=10,
+            wait_until(partial(accepts_connections, "127.0.0.1", port), timeout=10,
                        interval=0.001, message="accepting")
             best = min(best, time.monotonic() - start)
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:

@@ -196,7 +196,7 @@ def _small_table(df: DataFrame) -> Any:
     """A small result (tubes x windows) as a pandas DataFrame, built from collected rows:
     PySpark's own toPandas does not fully support pandas 3 yet and warns on every call.
     Typed Any: pandas ships no type information."""
-    import pandas as pd  # type: ignore[import-untyped]
+    import pandas as pd
 
     return pd.DataFrame.from_records([r.asDict() for r in df.collect()], columns=df.columns)
 

@@ -134,13 +134,27 @@ class TreeKiller:
         """Cheap check: anything (maybe only zombies) still in the group or tree?"""
         if group_exists(self.pgid):
             return True
-        return any(_alive(p) for p in self._descendants.values())
+        return any(_alive(p) for p in self._descendants.values()) or self._ours_to_reap()
 
     def _live(self) -> bool:
         """Expensive check: anything that is not a zombie left?"""
         if any(_alive(p) for p in self._descendants.values()):
             return True
         return _live_group_members(self.pgid)
+
+    def _ours_to_reap(self) -> bool:
+        """A dead descendant whose parent is us, or is in the tree and about to hand it to
+        us (a subreaper adopts it when that parent exits): keep reaping a moment longer.
+        Without this a zombie reparented just after ``reap`` would be left behind.
+        """
+        parents = {os.getpid(), self.pgid, *self._descendants}
+        for proc in self._descendants.values():
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() in parents:
+                    return True
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return False
 
     def finish(
         self,
@@ -163,8 +177,9 @@ class TreeKiller:
                 return
             now = time.monotonic()
             if now >= next_deep:
-                # Only zombies left (an init that does not reap): they are dead already.
-                if not self._live():
+                # Only zombies left (an init that does not reap): they are dead already,
+                # unless reaping them is about to become our job.
+                if not self._live() and not self._ours_to_reap():
                     return
                 next_deep = now + _DEEP_CHECK_INTERVAL
             if not killed and (

@@ -8,15 +8,13 @@ pipelined put path lives in ``putter``.
 
 from __future__ import annotations
 
-import re
 import socket
 from types import TracebackType
 
+from cmdstalk_py import config
+
 DEFAULT_PORT = 11300
-MAX_TUBE_NAME = 200
 MAX_U32 = 2**32 - 1
-# Characters the protocol allows in tube names; a name may not begin with a hyphen.
-_TUBE_NAME = re.compile(rb"[A-Za-z0-9+/;.$_()][A-Za-z0-9\-+/;.$_()]*")
 
 
 class BeanstalkdError(Exception):
@@ -97,32 +95,21 @@ def error_for(line: bytes) -> BeanstalkdError:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``; port defaults to 11300) → ``(host, port)``."""
+    """``host:port`` (``[v6]:port``; the port defaults to 11300) → ``(host, port)``.
+
+    The supervisor's rules (``config.parse_address``), plus the default port that Spark
+    options and commands have always allowed.
+    """
     text = address.strip()
     if not text:
         raise ValueError("empty beanstalkd address")
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep:
-            raise ValueError(f"bad address {address!r}: missing ']'")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        host, port_text = text, ""
-    if not port_text:
-        return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"bad port in address {address!r}")
-    return host, int(port_text)
+    bare_host = text.rpartition("]")[2] == "" if text.startswith("[") else text.count(":") != 1
+    return config.parse_address(f"{text}:{DEFAULT_PORT}" if bare_host else text)
 
 
 def check_tube(name: str) -> bytes:
     """The tube name as bytes; ValueError unless the protocol accepts it."""
-    raw = name.encode("ascii", "replace")
-    if not raw or len(raw) > MAX_TUBE_NAME or not _TUBE_NAME.fullmatch(raw):
-        raise ValueError(f"invalid tube name {name!r}")
-    return raw
+    return config.validate_tube(name).encode("ascii")
 
 
 def check_u32(name: str, value: int) -> int:

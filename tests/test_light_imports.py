@@ -1,0 +1,40 @@
+"""The core entry points stay light: no pyspark, prometheus-client or pandas on start-up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pyspark", "prometheus_client", "pandas", "pyarrow", "matplotlib")
+
+
+def imported_modules(code: str) -> set[str]:
+    """Top-level names of every module imported by running ``code`` in a fresh interpreter."""
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # What `cmdstalk --help` loads: the CLI module with all its options.
+        "import cmdstalk_py.cli, cmdstalk_py.serve",
+        # What `cmdstalk-server` loads before it serves.
+        "import cmdstalk_py.server.cli, cmdstalk_py.server.run",
+    ],
+    ids=["cmdstalk", "cmdstalk-server"],
+)
+def test_entry_points_do_not_import_heavy_packages(code: str) -> None:
+    modules = imported_modules(code)
+    assert "cmdstalk_py" in modules  # the probe really imported our code
+    assert modules.isdisjoint(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_server_does_not_import_client_side_libraries() -> None:
+    modules = imported_modules("import cmdstalk_py.server.cli, cmdstalk_py.server.run")
+    assert modules.isdisjoint({"click", "greenstalk", "psutil", "tenacity"})

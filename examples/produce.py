@@ -15,19 +15,30 @@ import sys
 
 import greenstalk
 
+from cmdstalk_py import config
+
 
 def parse_address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    """cmdstalk's own address rule, as an argparse type (a clear one-line error)."""
+    try:
+        return config.parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def tube_name(text: str) -> str:
+    try:
+        return config.validate_tube(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Put jobs into a beanstalkd tube.")
     parser.add_argument("--address", type=parse_address, default=("127.0.0.1", 11300),
                         help="server HOST:PORT (default 127.0.0.1:11300)")
-    parser.add_argument("--tube", default="default", help="tube to put the jobs in")
+    parser.add_argument("--tube", type=tube_name, default="default",
+                        help="tube to put the jobs in")
     parser.add_argument("--priority", type=int, default=greenstalk.DEFAULT_PRIORITY,
                         help="0 is the most urgent (default 65536)")
     parser.add_argument("--delay", type=int, default=0, help="seconds before a job is ready")

@@ -38,3 +38,11 @@ def test_entry_points_do_not_import_heavy_packages(code: str) -> None:
 def test_server_does_not_import_client_side_libraries() -> None:
     modules = imported_modules("import cmdstalk_py.server.cli, cmdstalk_py.server.run")
     assert modules.isdisjoint({"click", "greenstalk", "psutil", "tenacity"})
+
+
+def test_server_runs_without_asyncio() -> None:
+    # Its own loop (server/loop.py) exists partly to save asyncio's ~55 ms import.
+    modules = imported_modules(
+        "import cmdstalk_py.server.cli, cmdstalk_py.server.run, cmdstalk_py.server.embedded"
+    )
+    assert "asyncio" not in modules

@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         where = args.listen if args.listen.startswith("unix:") else f"{args.listen}:{args.port}"
         sys.stderr.write(f"cmdstalk-server: cannot listen on {where}: {exc.strerror or exc}\n")
         raise SystemExit(1) from None
-    # The heavy imports (asyncio, the engine) happen after listen(): clients that connect
+    # The heavier imports (the engine, the loop) happen after listen(): clients that connect
     # meanwhile wait in the backlog instead of getting "connection refused".
     from cmdstalk_py.server.run import serve
 

@@ -1,8 +1,8 @@
 """One client connection: reading, flow control, its own output buffer, closing.
 
-Connections are driven by ``net.Server`` straight from an epoll set, without asyncio
-transports: a readable socket costs one ``recv_into``, its replies one ``send`` (that is
-most of what a request costs in Python). What the bytes mean is ``framing``'s business.
+Connections are watched directly by the server's ``loop.Loop`` (its epoll set): a
+readable socket costs one ``recv_into``, its replies one ``send`` (that is most of what a
+request costs in Python). What the bytes mean is ``framing``'s business.
 Replies to one batch of input go out together. A blocked reserve holds the connection's
 later commands until it is answered.
 
@@ -103,6 +103,18 @@ class Connection:
 
     # ---------------------------------------------------------------- socket events
 
+    def on_events(self, ev: int) -> None:
+        """The loop's handler for this socket: ``ev`` is the epoll event mask."""
+        if ev & EPOLLIN:
+            self.readable()
+        if ev & EPOLLOUT:
+            if not self.closed and self.out:
+                self.writable()
+        elif not ev & EPOLLIN:
+            # Only an error or hang-up, on a socket we were not reading: the peer is
+            # gone (we never shut down our sending side, so a hang-up is a reset).
+            self.teardown()
+
     def readable(self) -> None:
         """The socket has input, an EOF or an error for us."""
         buffer = self.rbuf
@@ -200,7 +212,7 @@ class Connection:
             mask |= EPOLLOUT
         if mask != self.mask:
             self.mask = mask
-            self.server.epoll.modify(self.fd, mask)
+            self.server.loop.modify(self.fd, mask)
 
     # ---------------------------------------------------------------- output
 

@@ -45,7 +45,7 @@ class DurableConfig:
 def open_journal(config: DurableConfig, ops: FileOps | None = None) -> BinlogJournal:
     """Lock and recover ``config.directory`` (raises ``BinlogError`` with a clear message).
 
-    The journal's clock is ``time.monotonic``, the clock of asyncio's loop and of the
+    The journal's clock is ``time.monotonic``, the clock of the server loop and of the
     network layer, so the engine's times and the journal's agree.
     """
     binlog = Binlog(config.directory, config.options(), ops=ops)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from types import TracebackType
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import DurableJournal, Journal, NullJournal
+from cmdstalk_py.server.loop import Loop
 from cmdstalk_py.server.net import Server
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class EmbeddedServer:
         self.segment_size = segment_size
         self.file_ops = file_ops
         self._address: tuple[str, int] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Loop | None = None
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -149,7 +149,7 @@ class EmbeddedServer:
         self.stop()
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = Loop()
         self._loop = loop
         durable: BinlogJournal | None = None
         server: Server | None = None
@@ -186,7 +186,7 @@ class EmbeddedServer:
 
     def _close_loop(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: Loop,
         server: Server | None,
         durable: DurableJournal | None,
     ) -> None:
@@ -195,7 +195,7 @@ class EmbeddedServer:
                 server.close()
                 server.remove_unix_sockets()
                 # Let callbacks still scheduled (resumes, ticks) run against the closed server.
-                loop.run_until_complete(asyncio.sleep(0))
+                loop.run_once(block=False)
         finally:
             loop.close()
             self._loop = None

@@ -1,4 +1,4 @@
-"""Listening sockets for TCP and unix addresses (kept import-light: used before asyncio loads)."""
+"""Listening sockets for TCP and unix addresses (import-light: used before the server loads)."""
 
 from __future__ import annotations
 

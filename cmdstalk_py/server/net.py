@@ -1,23 +1,21 @@
-"""The network layer: one asyncio event loop, TCP and unix-socket listeners.
+"""The network layer: TCP and unix-socket listeners and connections on one event loop.
 
-Accepted sockets skip asyncio's transports: they live in one epoll set of our own whose
-descriptor the asyncio loop watches. When it is readable the loop calls
-:meth:`Server._on_events` once, which polls the set and drives every ready connection
-(``conn.Connection``: one ``recv``, the commands, one ``send``). asyncio still runs the
-timers, ``call_soon`` callbacks, signals and ``EmbeddedServer``'s thread-safe calls.
-One loop timer, re-armed to the earlier of the engine's and the journal's next deadlines,
-drives every timeout and every binlog fsync.
+The loop is ``loop.Loop`` (one epoll set; see there why not asyncio). Accepted sockets are
+watched directly by it: a readable socket costs one ``recv_into``, the commands and one
+``send`` (``conn.Connection``). After each batch of socket events the loop calls
+:meth:`Server.after_events`, which sends replies to reserves that the batch unblocked and
+re-arms the one loop timer to the earlier of the engine's and the journal's next
+deadlines; that timer drives every timeout and every binlog fsync.
 
 With a binlog in ``-f 0`` mode nothing is acknowledged before it is durable: every reply
 goes through ``Connection.send``, which holds it back while the journal has changes not
-yet on disk. One journal tick per loop iteration (``call_soon``) then makes every change
-of that iteration durable with one fsync (a group commit over all connections) and writes
-the held replies, in order. A failed fsync keeps them held and is retried.
+yet on disk. One journal tick per loop iteration then makes every change of that
+iteration durable with one fsync (a group commit over all connections) and writes the
+held replies, in order. A failed fsync keeps them held and is retried.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
@@ -30,16 +28,16 @@ from cmdstalk_py.server.conn import INPUT_LIMIT, RECV_SIZE, WRITE_HIGH, Connecti
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import DurableJournal
 from cmdstalk_py.server.listen import open_listener
+from cmdstalk_py.server.loop import Loop, Timer
 
 __all__ = ["INPUT_LIMIT", "WRITE_HIGH", "Connection", "Server", "describe"]
 
 #: Seconds before a journal tick whose fsync failed is tried again.
 SYNC_RETRY = 0.2
-#: Seconds to stop accepting after running out of descriptors (asyncio does the same).
+#: Seconds to stop accepting after running out of descriptors.
 ACCEPT_RETRY = 1.0
 _ACCEPTS_PER_EVENT = 128
 _IN = select.EPOLLIN
-_OUT = select.EPOLLOUT
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -49,7 +47,7 @@ class Server:
     def __init__(
         self,
         engine: Engine,
-        loop: asyncio.AbstractEventLoop,
+        loop: Loop,
         durable: DurableJournal | None = None,
     ) -> None:
         self.engine = engine
@@ -58,11 +56,10 @@ class Server:
         self.connections: dict[int, Connection] = {}
         self.listeners: list[socket.socket] = []
         self.unix_paths: list[str] = []
-        self.epoll = select.epoll()
         #: Every read lands here first (one server, one thread: no one else writes it).
         self.recv_buffer = memoryview(bytearray(RECV_SIZE))
         self.closed = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._timer_at: float | None = None
         #: The binlog, driven from here: ticks, fsync timer, held replies (``-f 0``).
         self.durable = durable
@@ -71,7 +68,9 @@ class Server:
         self.holders: dict[Connection, None] = {}
         self._tick_scheduled = False
         self._journal_not_before = float("-inf")
-        loop.add_reader(self.epoll.fileno(), self._on_events)
+        if loop.after_events is not None:
+            raise RuntimeError("the loop already serves a Server")
+        loop.after_events = self.after_events
         # Timers of recovered jobs, and a journal tick if maintenance is due.
         self.after_batch()
 
@@ -122,7 +121,7 @@ class Server:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(self, sock)
             self.connections[conn.fd] = conn
-            self.epoll.register(conn.fd, _IN)
+            self.loop.watch(conn.fd, _IN, conn.on_events)
 
     def _resume_accepting(self, lsock: socket.socket) -> None:
         if not self.closed and lsock.fileno() >= 0:
@@ -132,8 +131,7 @@ class Server:
         """``conn`` is closing: stop watching its socket (before it is closed)."""
         self.connections.pop(conn.fd, None)
         self.holders.pop(conn, None)
-        with contextlib.suppress(OSError, ValueError):
-            self.epoll.unregister(conn.fd)
+        self.loop.unwatch(conn.fd)
 
     def remove_unix_sockets(self) -> None:
         """Delete the socket files this server created."""
@@ -157,30 +155,18 @@ class Server:
         for conn in list(self.connections.values()):
             conn.teardown()
         self.closed = True
-        with contextlib.suppress(OSError, ValueError):
-            self.loop.remove_reader(self.epoll.fileno())
-        self.epoll.close()
+        if self.loop.after_events == self.after_events:
+            self.loop.after_events = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     # ---------------------------------------------------------------- socket events
 
-    def _on_events(self) -> None:
-        connections = self.connections
-        for fd, ev in self.epoll.poll(0):
-            conn = connections.get(fd)
-            if conn is None:
-                continue  # closed by an earlier event of this batch
-            if ev & _IN:
-                conn.readable()
-            if ev & _OUT:
-                if not conn.closed and conn.out:
-                    conn.writable()
-            elif not ev & _IN:
-                # Only an error or hang-up, on a socket we were not reading: the peer is
-                # gone (we never shut down our sending side, so a hang-up is a reset).
-                conn.teardown()
+    def after_events(self) -> None:
+        """The loop handled a batch of socket events (every connection that had input)."""
+        if self.closed:
+            return
         if self.holders and self.loop.time() >= self._journal_not_before:
             # -f 0: this batch was every connection with input in this loop iteration, so
             # commit now (one fsync for all of them) rather than an iteration later.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import signal
 import socket
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import NullJournal
+from cmdstalk_py.server.loop import Loop
 from cmdstalk_py.server.net import Server
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def serve(
     the process with status 1 and one line on stderr. Without it, ``binlog_size`` (``-s``)
     is only shown by ``stats``, as beanstalkd does.
     """
-    loop = asyncio.new_event_loop()
+    loop = Loop()
     journal = None
     if durable is not None:
         # Only -b loads the binlog package.
@@ -76,7 +76,7 @@ def serve(
             loop.run_forever()
     finally:
         server.close()
-        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_once(block=False)  # callbacks still queued run against the closed server
         server.remove_unix_sockets()
         loop.close()
         if journal is not None:

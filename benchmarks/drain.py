@@ -21,7 +21,10 @@ Two figures per worker kind and per-tube count:
 - paired: the same number of jobs fed in batches (pipelined puts, workers already
   running), each batch alternating with a batch of raw ``subprocess.run`` calls. The
   machine is shared and its load drifts within seconds; the paired ratio compares the two
-  under the same load, so it is the one to trust when the figures jump around.
+  under the same load, so it is the one to trust when the figures jump around. Its end
+  is found by polling stats-tube every millisecond, but only after 70 % of the previous
+  batch's time has passed quietly (polling throughout took ~10 % of a core from the
+  workers being measured).
 
 ``--profile`` runs one in-process loop worker under cProfile; ``--profile-cli N`` runs the
 CLI with ``--per-tube N`` with every thread under cProfile. Both print the top entries.
@@ -64,6 +67,7 @@ TTR = 120
 UNPAUSE_AFTER = 1  # seconds the tube stays paused once workers watch (pause-tube unit)
 DRAIN_POLL = 0.01  # stats-tube polling while a full drain runs (seconds)
 BATCH_POLL = 0.001  # polling while a paired batch runs: batches are short
+QUIET_FRACTION = 0.7  # of the previous batch's time, waited before polling (see paired)
 WARMUP_JOBS = 20
 CLI_EXTRA_ARGS: list[str] = []  # --cli-arg, for experiments (e.g. --log-level=warning)
 
@@ -338,6 +342,7 @@ def paired(
     """
     queue = Queue(server)
     queue_time = raw_time = 0.0
+    last_queued = 0.0
     pair_ratios: list[float] = []
     try:
         with workers(server, queue.tube, count):
@@ -350,8 +355,15 @@ def paired(
                 raw = time_raw(size) if raw_first else 0.0
                 started = time.perf_counter()
                 queue.put(size)
+                # Polling stats-tube every millisecond costs the server and this process
+                # ~10 % of a core, taken from the workers on a 2-core machine: stay quiet
+                # for most of the time the previous batch took, then poll. A batch that
+                # beats QUIET_FRACTION of the previous one is measured as taking that long
+                # (slower, never faster, than it was).
+                time.sleep(QUIET_FRACTION * last_queued)
                 queue.wait_deleted(queue.put_total, BATCH_POLL)
                 queued = time.perf_counter() - started
+                last_queued = queued
                 if not raw_first:
                     raw = time_raw(size)
                 queue_time += queued

@@ -11,7 +11,11 @@ Under ``run()`` the final command of a job goes out in one write with the next j
 reserve (two round trips per job instead of three: at a few milliseconds per job they
 are several percent of its cost). A reserve already sent when the broker stops is simply
 abandoned with the connection: the server puts back a job reserved on a closed connection
-at once, unrun.
+at once, unrun. For the same reason a job's report (its log line, ``Observer.job_finished``)
+waits until the next command has started, when the broker only waits for it: Python run
+right after a process exits is slow (its caches are cold), and a report costs ~0.1 ms
+there. A report never waits longer: a broker whose next job is not there within
+``report_wait`` seconds, or that stops, reports first.
 """
 
 from __future__ import annotations
@@ -19,33 +23,28 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import greenstalk
 
 from cmdstalk_py.budget import JobBudget
 from cmdstalk_py.config import Config
 from cmdstalk_py.connection import CONNECTION_ERRORS, Client, Connection, Stopped
+from cmdstalk_py.joblog import JobLog
 from cmdstalk_py.observe import Observer
 from cmdstalk_py.policy import Decision, decide, kill_schedule, precheck
 from cmdstalk_py.process import KillReason, ProcessResult, run_command
 from cmdstalk_py.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
-# Job output has its own logger so it can be silenced (or routed) apart from the rest.
-output_log = logging.getLogger("cmdstalk.output")
 
 Job = greenstalk.Job[bytes]
 
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+#: Seconds a finished job's report may wait for the next job (normally it is a round trip
+#: away: the reserve went out with the delete); after that the broker reports, then waits.
+REPORT_WAIT = 0.005
 
 
 class Broker:
@@ -81,7 +80,7 @@ class Broker:
         self._budget = budget or JobBudget(None)
         self._argv = config.argv()
         self._env = dict(os.environ if environ is None else environ)
-        self._extra: dict[str, object] = {"tube": tube, "slot": slot}
+        self._joblog = JobLog(tube, slot, self._observer)
         self.connection = Connection(
             config.host,
             config.port,
@@ -99,6 +98,9 @@ class Broker:
         self._interrupted = False
         # A --max-jobs ticket taken for a reserve sent ahead (see run_once's ``prefetch``).
         self._ticket_held = False
+        # The last job's result, reported once the next command runs (see the docstring).
+        self._unreported: JobResult | None = None
+        self.report_wait = REPORT_WAIT
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class Broker:
                 except Exception:
                     # A bug must not kill the thread or leave a job half-handled: dropping
                     # the connection makes the server take back whatever we held.
+                    self._report_pending()
                     log.exception("%s: unexpected error; reconnecting", self.where)
                     self.connection.drop()
                     self._stop.wait(1.0)
@@ -151,10 +154,17 @@ class Broker:
         except Stopped:
             pass  # stopped while connecting
         finally:
-            # Closing abandons a reserve sent ahead: the server puts its job back, unrun.
-            self.connection.close()
-            self._return_ticket()
+            self.close()
         return done
+
+    def close(self) -> None:
+        """Report what is unreported and close the connection (``run`` does this itself).
+
+        Closing abandons a reserve sent ahead: the server puts its job back at once, unrun.
+        """
+        self._report_pending()
+        self.connection.close()
+        self._return_ticket()
 
     def run_once(self, prefetch: bool = False) -> JobResult | None:
         """Reserve and handle one job; None when no job came within the reserve timeout.
@@ -168,6 +178,8 @@ class Broker:
             self._ticket_held = False  # taken when the reserve was sent ahead
         elif not self._budget.take():
             return None
+        if self._unreported is not None and not client.reply_ready(self.report_wait):
+            self._report_pending()  # the reserve may block: report now, not after it
         with self._reserve_lock:
             if self._stop.is_set():
                 self._budget.give_back()
@@ -207,8 +219,21 @@ class Broker:
         finally:
             self._idle_since = time.monotonic()
         self._budget.finish()
-        self._observer.job_finished(result)
+        self._report_pending()
+        if self._ticket_held:
+            self._unreported = result  # the next job follows at once: report it then
+        else:
+            self._report(result)
         return result
+
+    def _report(self, result: JobResult) -> None:
+        self._joblog.result(result)
+        self._observer.job_finished(result)
+
+    def _report_pending(self) -> None:
+        result, self._unreported = self._unreported, None
+        if result is not None:
+            self._report(result)
 
     def _return_ticket(self) -> None:
         if self._ticket_held:
@@ -234,6 +259,7 @@ class Broker:
         except greenstalk.NotFoundError:
             return self._lost(job, started_at, "NOT_FOUND on stats-job: reservation expired")
         except CONNECTION_ERRORS as e:
+            self._report_pending()  # before what is logged about this job
             self.connection.drop(e)
             return self._lost(job, started_at, f"connection lost before running: {e}")
         releases, timeouts = stats["releases"], stats["timeouts"]
@@ -249,12 +275,13 @@ class Broker:
             max_timeouts=self.config.max_timeouts,
         )
         if decision is not None:
+            self._report_pending()  # no command will start: the last job's report goes first
             log.warning(
                 "buried without running (releases=%d, timeouts=%d, kicks=%d)",
                 releases,
                 timeouts,
                 stats["kicks"],
-                extra=self._job_extra(job.id, "precheck_buried"),
+                extra=self._joblog.extra(job.id, "precheck_buried"),
             )
         else:
             proc = self._run(job, stats, reserved_at)
@@ -290,7 +317,6 @@ class Broker:
             stderr_tail=proc.stderr_tail.decode("utf-8", "replace") if proc else "",
             error=act_error or error,
         )
-        self._log_result(result)
         return result
 
     def _run(self, job: Job, stats: greenstalk.StatsJob, reserved_at: float) -> ProcessResult:
@@ -316,11 +342,12 @@ class Broker:
                 deadline=reserved_at + plan.term_after,
                 grace=plan.grace,
                 tail_bytes=self.config.tail_bytes,
-                on_stdout_line=self._line_logger(job.id, "stdout"),
-                on_stderr_line=self._line_logger(job.id, "stderr"),
+                on_stdout_line=self._joblog.line_logger(job.id, "stdout"),
+                on_stderr_line=self._joblog.line_logger(job.id, "stderr"),
                 stop=self._kill,
                 stop_now=self._kill_now,
-                on_kill=self._kill_reporter(job.id),
+                on_kill=self._joblog.kill_reporter(job.id),
+                on_started=self._report_pending,
             )
         finally:
             self._observer.broker_busy(self.tube, self.slot, False)
@@ -382,52 +409,4 @@ class Broker:
             payload_bytes=len(job.body),
             error=error,
         )
-        self._log_result(result)
         return result
-
-    # -- logging --------------------------------------------------------------------------
-
-    def _job_extra(self, job_id: int, event: str) -> dict[str, object]:
-        return {**self._extra, "job_id": job_id, "event": event}
-
-    def _log_result(self, r: JobResult) -> None:
-        level = logging.WARNING if r.outcome is Outcome.LOST else logging.INFO
-        if not log.isEnabledFor(level):
-            return
-        if r.exit_code is not None:
-            how = f"exit {r.exit_code}"
-        elif r.signal is not None:
-            how = f"killed by {_signal_name(r.signal)}"
-        else:
-            how = "not run"
-        delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
-        error = f" ({r.error})" if r.error else ""
-        log.log(
-            level,
-            "%s, %s%s in %.0f ms%s",
-            how,
-            r.outcome.value,
-            delay,
-            r.duration_ms,
-            error,
-            extra=self._job_extra(r.job_id, r.outcome.value),
-        )
-
-    def _line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
-        # None when output is not logged at all: then the runner need not split lines.
-        if not output_log.isEnabledFor(logging.INFO):
-            return None
-        extra = self._job_extra(job_id, stream)
-        prefix = stream + ": %s"
-
-        def on_line(line: bytes) -> None:
-            output_log.info(prefix, line.decode("utf-8", "replace").rstrip("\r\n"), extra=extra)
-
-        return on_line
-
-    def _kill_reporter(self, job_id: int) -> Callable[[str], None]:
-        def on_kill(signal_name: str) -> None:
-            log.warning("sent %s", signal_name, extra=self._job_extra(job_id, "kill"))
-            self._observer.process_killed(self.tube, signal_name)
-
-        return on_kill

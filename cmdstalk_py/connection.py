@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import threading
 
@@ -61,6 +62,27 @@ class Client(greenstalk.Client[bytes]):
     def reserve_in_flight(self) -> bool:
         """A reserve was sent whose reply has not been read yet."""
         return self._in_flight is not None
+
+    def reply_ready(self, wait: float) -> bool:
+        """The reply to a reserve sent ahead arrives within ``wait`` seconds (or is here)."""
+        if self._in_flight is None:
+            return False
+        timeout = self._sock.gettimeout()
+        # Bytes greenstalk's reader already buffered, or one read that must not block.
+        self._sock.settimeout(0.0)
+        try:
+            if self._reader.peek(1):
+                return True
+        except OSError:  # nothing yet (BlockingIOError), or broken: the reserve reports it
+            pass
+        finally:
+            self._sock.settimeout(timeout)
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        try:
+            return bool(poller.poll(max(0, int(wait * 1000))))
+        except OSError:
+            return False
 
     def _send_cmd(self, cmd: bytes, expected: bytes) -> list[bytes]:
         if self._in_flight is not None:

@@ -20,7 +20,7 @@ import click
 from cmdstalk_py import __version__
 from cmdstalk_py.config import Config
 from cmdstalk_py.events import EventLog
-from cmdstalk_py.logsetup import configure_logging
+from cmdstalk_py.logsetup import configure_logging, lean_records
 from cmdstalk_py.notify import SystemdNotifier
 from cmdstalk_py.observe import Observers
 from cmdstalk_py.process import set_child_subreaper
@@ -48,6 +48,7 @@ class Extras:
 def serve(config: Config, extras: Extras) -> int:
     """Run the supervisor with logging, observers and (optionally) the embedded server."""
     configure_logging(extras.log_format, extras.log_level)
+    lean_records()
     observers = Observers()
     on_hup: Callable[[], None] | None = None
     if extras.events is not None:

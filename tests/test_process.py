@@ -394,6 +394,41 @@ def test_failing_callback_kills_and_reaps_the_command() -> None:
     assert_gone(command)
 
 
+def test_on_started_runs_while_the_command_runs(tmp_path: Path) -> None:
+    # The command waits for a file that only on_started creates: it can only end if the
+    # callback ran while it was running (and after its stdin was written).
+    flag = tmp_path / "started"
+    calls: list[int] = []
+
+    def started() -> None:
+        calls.append(1)
+        flag.touch()
+
+    result = run_command(
+        sh(f"read -r line; while [ ! -e {flag} ]; do sleep 0.01; done; echo $line"),
+        b"payload\n",
+        ENV,
+        deadline=time.monotonic() + 20,
+        on_started=started,
+    )
+    assert (result.exit_code, result.killed, result.stdout_tail) == (0, None, b"payload\n")
+    assert calls == [1]
+
+
+def test_failing_on_started_kills_and_reaps_the_command(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+
+    def boom() -> None:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
+                   message="the command's pid")
+        raise RuntimeError("on_started failed")
+
+    with pytest.raises(RuntimeError, match="on_started failed"):
+        run_command(sh(f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 60"),
+                    b"", ENV, on_started=boom)
+    assert not psutil.pid_exists(int(pid_file.read_text()))  # killed and reaped
+
+
 # -- adopted orphans -----------------------------------------------------------------------
 
 

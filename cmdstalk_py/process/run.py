@@ -47,6 +47,7 @@ def run_command(
     stop: threading.Event | None = None,
     stop_now: threading.Event | None = None,
     on_kill: Callable[[str], None] | None = None,
+    on_started: Callable[[], None] | None = None,
     reap_group: bool = True,
     max_line_bytes: int = 65536,
     poll_interval: float = 0.05,
@@ -62,6 +63,8 @@ def run_command(
     value) or when ``stop`` is set, SIGTERM goes to the process group and every descendant,
     SIGKILL to whatever is left ``grace`` seconds later; ``stop_now`` sends SIGKILL at once.
     ``on_kill`` is told each signal sent. Events are checked every ``poll_interval`` s.
+    ``on_started`` is called once the command runs and a payload that fits the pipe buffer
+    is written: work the caller can do while waiting for it (a broker reports the last job).
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
 
@@ -96,6 +99,7 @@ def run_command(
         stop,
         stop_now,
         on_kill,
+        on_started,
         poll_interval,
     )
     try:
@@ -119,6 +123,7 @@ class _Run:
         stop: threading.Event | None,
         stop_now: threading.Event | None,
         on_kill: Callable[[str], None] | None,
+        on_started: Callable[[], None] | None,
         poll_interval: float,
     ) -> None:
         self.pid = child.pid
@@ -136,6 +141,7 @@ class _Run:
         self.stop = stop
         self.stop_now = stop_now
         self.on_kill = on_kill
+        self.on_started = on_started
         self.poll_interval = poll_interval
         self.status: int | None = None  # raw wait status once reaped
         self.reaped = False
@@ -158,6 +164,9 @@ class _Run:
         self._start_stdin()
         # A deadline already past or a stop already requested acts now, not a poll later.
         self._check_kill(time.monotonic())
+        if self.on_started is not None:
+            # Raising here kills and reaps the command (close() in run_command).
+            self.on_started()
         drain_rounds = 0
         while True:
             timeout = 0 if self.reaped else self._timeout_ms(time.monotonic())

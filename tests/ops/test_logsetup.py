@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
@@ -9,8 +10,10 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from cmdstalk_py.logsetup import configure_logging, iso_utc
+from cmdstalk_py.logsetup import configure_logging, iso_utc, lean_records
 
 BROKER_EXTRA = {"tube": "mail", "slot": 2, "job_id": 17, "event": "deleted"}
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -37,6 +40,35 @@ def test_text_format_has_go_style_prefix() -> None:
     assert re.fullmatch(TS + r" INFO \[mail:2\] job 17 exit 0, deleted", lines[0]), lines[0]
     assert re.fullmatch(TS + r" INFO \[mail:0\] reserving", lines[1]), lines[1]
     assert re.fullmatch(TS + r" WARNING plain line", lines[2]), lines[2]
+
+
+def test_lean_records_keep_both_formats_intact() -> None:
+    saved = (logging._srcfile, logging.logThreads, logging.logProcesses,
+             logging.logMultiprocessing)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    try:
+        lean_records()
+        for fmt in ("text", "json"):
+            out = io.StringIO()
+            configure_logging(fmt, "INFO", out)
+            logging.getLogger().addHandler(Keep())
+            logging.getLogger("cmdstalk.broker").info("exit 0, deleted", extra=BROKER_EXTRA)
+            line = out.getvalue().splitlines()[0]
+            if fmt == "text":
+                assert re.fullmatch(TS + r" INFO \[mail:2\] job 17 exit 0, deleted", line), line
+            else:
+                assert json.loads(line)["job_id"] == 17
+        # What the records no longer compute: the caller, thread and process names.
+        assert seen[0].funcName != "test_lean_records_keep_both_formats_intact"
+        assert seen[0].threadName is None and seen[0].processName is None
+    finally:
+        (logging._srcfile, logging.logThreads, logging.logProcesses,
+         logging.logMultiprocessing) = saved
 
 
 def test_json_format_one_object_per_line() -> None:
@@ -82,3 +114,21 @@ def test_rejects_unknown_format_and_level(fmt: str, level: str) -> None:
 def test_iso_utc_milliseconds() -> None:
     assert iso_utc(0) == "1970-01-01T00:00:00.000Z"
     assert iso_utc(1795262950.1239) == "2026-11-21T12:09:10.123Z"
+    assert iso_utc(1795262950.9999996) == "2026-11-21T12:09:11.000Z"  # rounds to the µs first
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=0, max_value=4e9, allow_nan=False),
+        st.builds(
+            lambda s, f: s + f,
+            st.integers(0, 2**32),
+            st.sampled_from([0.0, 0.0005, 0.001, 0.999, 0.9995, 0.9999995, 0.0000005]),
+        ),
+    )
+)
+def test_iso_utc_matches_datetime(epoch: float) -> None:
+    # The per-second cache must render exactly what datetime renders.
+    expected = dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds")
+    assert iso_utc(epoch) == expected.replace("+00:00", "Z")
+    assert iso_utc(epoch) == expected.replace("+00:00", "Z")  # from the cache this time

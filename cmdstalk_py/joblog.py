@@ -1,0 +1,85 @@
+"""What a broker says about its jobs in the log: result lines, output lines, kills.
+
+Every line carries the structured extras ``logsetup`` renders as ``[tube:slot] job N``.
+Loggers: ``cmdstalk.broker`` for results and kills, ``cmdstalk.output`` for the commands'
+stdout and stderr (so output can be silenced or routed apart from the rest).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+
+from cmdstalk_py.observe import Observer
+from cmdstalk_py.results import JobResult, Outcome
+
+log = logging.getLogger("cmdstalk.broker")
+output_log = logging.getLogger("cmdstalk.output")
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9; ``signal 99`` for numbers without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class JobLog:
+    """The log lines of one broker (``tube``, ``slot``)."""
+
+    def __init__(self, tube: str, slot: int, observer: Observer) -> None:
+        self.tube = tube
+        self._extra: dict[str, object] = {"tube": tube, "slot": slot}
+        self._observer = observer
+
+    def extra(self, job_id: int, event: str) -> dict[str, object]:
+        """The structured extras of a line about ``job_id``."""
+        return {**self._extra, "job_id": job_id, "event": event}
+
+    def result(self, r: JobResult) -> None:
+        """One line per finished job: how it ended, what was done, how long it took."""
+        level = logging.WARNING if r.outcome is Outcome.LOST else logging.INFO
+        if not log.isEnabledFor(level):
+            return
+        if r.exit_code is not None:
+            how = f"exit {r.exit_code}"
+        elif r.signal is not None:
+            how = f"killed by {signal_name(r.signal)}"
+        else:
+            how = "not run"
+        delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
+        error = f" ({r.error})" if r.error else ""
+        log.log(
+            level,
+            "%s, %s%s in %.0f ms%s",
+            how,
+            r.outcome.value,
+            delay,
+            r.duration_ms,
+            error,
+            extra=self.extra(r.job_id, r.outcome.value),
+        )
+
+    def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
+        """A callback logging each output line; None when output is not logged at all
+        (then the runner need not split lines)."""
+        if not output_log.isEnabledFor(logging.INFO):
+            return None
+        extra = self.extra(job_id, stream)
+        prefix = stream + ": %s"
+
+        def on_line(line: bytes) -> None:
+            output_log.info(prefix, line.decode("utf-8", "replace").rstrip("\r\n"), extra=extra)
+
+        return on_line
+
+    def kill_reporter(self, job_id: int) -> Callable[[str], None]:
+        """A callback for each signal sent to ``job_id``'s command: logged and observed."""
+
+        def on_kill(name: str) -> None:
+            log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
+            self._observer.process_killed(self.tube, name)
+
+        return on_kill

@@ -83,7 +83,12 @@ class Loop:
         self._ready.append((callback, args))
 
     def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any) -> None:
-        """``call_soon`` from another thread (or a signal handler): also wakes the poll."""
+        """``call_soon`` from another thread (or a signal handler): also wakes the poll.
+
+        Raises RuntimeError once the loop is closed (the callback would never run).
+        """
+        if self.closed:
+            raise RuntimeError("the event loop is closed")
         self._ready.append((callback, args))  # deque.append is atomic
         self._wake()
 

@@ -162,6 +162,8 @@ def test_close_is_idempotent_and_frees_descriptors() -> None:
     epoll_fd = loop.epoll.fileno()
     loop.close()
     loop.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.call_soon_threadsafe(print)  # would never run: another thread must not wait
     assert loop.epoll.closed
     with pytest.raises(OSError):
         os.fstat(epoll_fd)

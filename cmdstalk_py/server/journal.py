@@ -43,10 +43,11 @@ class Journal(Protocol):
 class DurableJournal(Journal, Protocol):
     """A journal that writes to disk and must be driven by the event loop (``-b``).
 
-    The network layer calls :meth:`tick` after the commands of a loop iteration ran (and,
-    with ``sync_each``, before their replies go out), arms its timer at
-    :meth:`next_deadline`, and while ``sync_each`` and :attr:`needs_sync` holds every reply
-    back until a tick made the changes durable.
+    The network layer calls :meth:`sync_due` after the commands of a loop iteration ran
+    (and, with ``sync_each``, before their replies go out), then :meth:`maintain` once the
+    replies that waited for it are sent; it arms its timer at :meth:`next_deadline`, and
+    while ``sync_each`` and :attr:`needs_sync` holds every reply back until the changes
+    are durable. :meth:`tick` is both steps in one call.
     """
 
     @property
@@ -62,6 +63,13 @@ class DurableJournal(Journal, Protocol):
     def tick(self, now: float) -> bool:
         """fsync if due, then a bounded step of maintenance; False if the fsync failed."""
         ...
+
+    def sync_due(self, now: float) -> bool:
+        """Only the fsync of :meth:`tick`; False if it failed."""
+        ...
+
+    def maintain(self, now: float) -> None:
+        """Only the maintenance step of :meth:`tick` (its errors are logged, not raised)."""
 
     def next_deadline(self) -> float | None:
         """When :meth:`tick` is next due (on the engine's clock), None when never."""

@@ -218,14 +218,16 @@ class Server:
         if durable is None or self.closed:
             return
         now = self.loop.time()
-        if durable.tick(now):
+        if durable.sync_due(now):
             # Everything written before this tick is durable now (later compaction copies
-            # may make the journal dirty again; they acknowledge nothing).
+            # may make the journal dirty again; they acknowledge nothing). The replies go
+            # out before the maintenance step: a waiting client should not wait for it.
             if self.holders:
                 holders = self.holders
                 self.holders = {}
                 for conn in holders:
                     conn.release_held()
+            durable.maintain(now)
         else:
             self._journal_not_before = now + SYNC_RETRY
         self.after_batch()

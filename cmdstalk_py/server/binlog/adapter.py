@@ -160,12 +160,24 @@ class BinlogJournal:
         commit). On False the records are not durable yet (logged here; the binlog
         retries in a fresh segment on the next call).
         """
+        if not self.sync_due(now):
+            return False
+        self.binlog.maintain(now)
+        return True
+
+    def sync_due(self, now: float) -> bool:
+        """The fsync half of :meth:`tick` (the network layer sends the replies that waited
+        for it before it calls :meth:`maintain`). False if the fsync failed."""
         try:
-            self.binlog.tick(now)
+            self.binlog.sync_if_due(now)
         except BinlogSyncError as exc:
             log.error("binlog: %s", exc)
             return False
         return True
+
+    def maintain(self, now: float) -> None:
+        """The maintenance half of :meth:`tick`: one bounded step, errors logged."""
+        self.binlog.maintain(now)
 
     def next_deadline(self) -> float | None:
         """When ``tick`` is next due on the engine's clock (None: no need)."""

@@ -260,6 +260,11 @@ class Binlog:
         Raises BinlogSyncError when a due fsync failed (maintenance errors are logged and
         retried a second later).
         """
+        self.sync_if_due(now)
+        self.maintain(now)
+
+    def sync_if_due(self, now: float) -> None:
+        """The fsync half of :meth:`tick`: fsync if due. Raises BinlogSyncError."""
         self._now = now
         ms = self.options.fsync_ms
         w = self._w
@@ -271,9 +276,13 @@ class Binlog:
             if due:
                 self._last_sync = now
                 self.sync()
+
+    def maintain(self, now: float) -> None:
+        """The maintenance half of :meth:`tick`: one bounded step (errors: logged, retried)."""
+        self._now = now
         if now >= self._maintenance_after and not self._closed:
             try:
-                w.extend_ahead()
+                self._w.extend_ahead()
                 self._maintain()
             except BinlogError as exc:
                 log.warning("binlog maintenance postponed: %s", exc)

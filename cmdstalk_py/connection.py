@@ -10,9 +10,11 @@ connects afresh. Connection errors never escape as anything but ``Stopped``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import select
 import socket
+import struct
 import threading
 
 import greenstalk
@@ -21,6 +23,9 @@ import tenacity
 from cmdstalk_py.observe import Observer
 
 log = logging.getLogger("cmdstalk.connection")
+
+#: Bytes asked of the kernel per read of replies (a stats reply is a few hundred).
+RECV_SIZE = 65536
 
 # What a dead or confused connection looks like through greenstalk: socket errors and EOF
 # (OSError, ConnectionError), a reply cut short (greenstalk asserts on the CRLF, int() on
@@ -33,6 +38,14 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     greenstalk.UnknownResponseError,
 )
 
+
+
+def set_io_timeout(sock: socket.socket, seconds: float) -> None:
+    """Make blocking sends and receives on ``sock`` fail after ``seconds`` without progress."""
+    whole = int(seconds)
+    timeval = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
 
 class Client(greenstalk.Client[bytes]):
@@ -49,10 +62,18 @@ class Client(greenstalk.Client[bytes]):
     pinned below 3 for this reason).
     """
 
-    def __init__(self, sock: socket.socket, *, use: str, watch: str) -> None:
+    def __init__(
+        self, sock: socket.socket, *, use: str, watch: str, io_timeout: float | None = None
+    ) -> None:
         self._next = b""
         self._in_flight: bytes | None = None
+        self._io_timeout = io_timeout
+        self._lines = LineReader(sock, io_timeout)
         super().__init__(sock, encoding=None, use=use, watch=watch)
+        # greenstalk made a socket.makefile() reader before use/watch; ours replaces it
+        # (their replies went through ``_send_cmd``, which reads from ``_lines``).
+        self._reader.close()
+        self._reader = self._lines  # type: ignore[assignment]
 
     def reserve_next(self, timeout: int) -> None:
         """Send ``reserve-with-timeout <timeout>`` together with the next command."""
@@ -67,16 +88,8 @@ class Client(greenstalk.Client[bytes]):
         """The reply to a reserve sent ahead arrives within ``wait`` seconds (or is here)."""
         if self._in_flight is None:
             return False
-        timeout = self._sock.gettimeout()
-        # Bytes greenstalk's reader already buffered, or one read that must not block.
-        self._sock.settimeout(0.0)
-        try:
-            if self._reader.peek(1):
-                return True
-        except OSError:  # nothing yet (BlockingIOError), or broken: the reserve reports it
-            pass
-        finally:
-            self._sock.settimeout(timeout)
+        if self._lines.buffered:
+            return True  # usually: it came in the same segment as the reply before it
         poller = select.poll()
         poller.register(self._sock.fileno(), select.POLLIN)
         try:
@@ -94,10 +107,83 @@ class Client(greenstalk.Client[bytes]):
             # Marked before the write: whatever happens to this command, its follower
             # was sent (or the connection is broken and gets dropped).
             self._in_flight = follow
-            self._sock.sendall(cmd + b"\r\n" + follow + b"\r\n")
+            self._send(cmd + b"\r\n" + follow + b"\r\n")
         else:
-            self._sock.sendall(cmd + b"\r\n")
-        return greenstalk._parse_response(self._reader.readline(), expected)
+            self._send(cmd + b"\r\n")
+        return greenstalk._parse_response(self._lines.readline(), expected)
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except BlockingIOError:  # the kernel's send timeout (``set_io_timeout``)
+            raise TimeoutError(
+                errno.ETIMEDOUT, f"server not reading for {self._io_timeout:g}s"
+            ) from None
+
+
+class LineReader:
+    """Replies off a socket, for greenstalk (``readline``, ``read``, ``close``).
+
+    Instead of ``socket.makefile()``: the bytes buffered here are known (``buffered``),
+    so asking whether a pipelined reply is already in costs no system call, and a read is
+    one ``recv`` without the file layers around it. Like ``makefile``, a closed connection
+    gives a short or empty result, which greenstalk then rejects.
+    """
+
+    def __init__(self, sock: socket.socket, io_timeout: float | None = None) -> None:
+        self._sock = sock
+        self._io_timeout = io_timeout
+        self._buf = b""
+
+    def _recv(self, size: int) -> bytes:
+        try:
+            return self._sock.recv(size)
+        except BlockingIOError:  # the kernel's receive timeout (``set_io_timeout``)
+            raise TimeoutError(
+                errno.ETIMEDOUT, f"no reply from the server in {self._io_timeout:g}s"
+            ) from None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not read yet."""
+        return len(self._buf)
+
+    def readline(self) -> bytes:
+        """Up to and including the next ``\\n`` (less only at end of stream)."""
+        buf = self._buf
+        end = buf.find(b"\n")
+        while end < 0:
+            searched = len(buf)
+            chunk = self._recv(RECV_SIZE)
+            if not chunk:
+                self._buf = b""
+                return buf
+            buf += chunk
+            end = buf.find(b"\n", searched)
+        self._buf = buf[end + 1 :]
+        return buf[: end + 1]
+
+    def read(self, size: int) -> bytes:
+        """``size`` bytes (less only at end of stream)."""
+        have = len(self._buf)
+        if have >= size:
+            data, self._buf = self._buf[:size], self._buf[size:]
+            return data
+        # A big job body comes in many pieces: join them once.
+        parts = [self._buf]
+        while have < size:
+            chunk = self._recv(max(RECV_SIZE, size - have))
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        buf = b"".join(parts)
+        self._buf = buf[size:]
+        return buf[:size]
+
+    def close(self) -> None:
+        """Nothing to release: the socket belongs to the client."""
+        self._buf = b""
 
 
 class Stopped(Exception):
@@ -179,9 +265,14 @@ class Connection:
         try:
             # Requests are small and answered one at a time: never let Nagle hold them.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # The kernel enforces the I/O timeout (a silent server fails a read with
+            # EAGAIN, an OSError): with a Python-level timeout every send and recv would
+            # first cost a poll().
+            set_io_timeout(sock, self._io_timeout)
+            sock.settimeout(None)
             watch = self._watch if self._watch is not None else greenstalk.DEFAULT_TUBE
             use = self._use if self._use is not None else greenstalk.DEFAULT_TUBE
-            client = Client(sock, use=use, watch=watch)
+            client = Client(sock, use=use, watch=watch, io_timeout=self._io_timeout)
         except BaseException:
             sock.close()
             raise

@@ -10,7 +10,6 @@ connects afresh. Connection errors never escape as anything but ``Stopped``.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import select
 import socket
@@ -116,9 +115,7 @@ class Client(greenstalk.Client[bytes]):
         try:
             self._sock.sendall(data)
         except BlockingIOError:  # the kernel's send timeout (``set_io_timeout``)
-            raise TimeoutError(
-                errno.ETIMEDOUT, f"server not reading for {self._io_timeout:g}s"
-            ) from None
+            raise TimeoutError(f"server not reading for {self._io_timeout:g}s") from None
 
 
 class LineReader:
@@ -139,9 +136,7 @@ class LineReader:
         try:
             return self._sock.recv(size)
         except BlockingIOError:  # the kernel's receive timeout (``set_io_timeout``)
-            raise TimeoutError(
-                errno.ETIMEDOUT, f"no reply from the server in {self._io_timeout:g}s"
-            ) from None
+            raise TimeoutError(f"no reply from the server in {self._io_timeout:g}s") from None
 
     @property
     def buffered(self) -> int:

@@ -88,10 +88,12 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
         sock.settimeout(None)  # the kernel's timeout alone, as Connection sets it up
         client = Client(sock, use="default", watch="default", io_timeout=0.3)
         started = time.monotonic()
-        with pytest.raises(TimeoutError, match=r"no reply from the server in 0\.3s"):
+        with pytest.raises(TimeoutError) as raised:
             client.stats()
         waited = time.monotonic() - started
         client.close()
+    # The line a broker logs when it drops the connection.
+    assert str(raised.value) == "no reply from the server in 0.3s"
     assert 0.25 <= waited < 5
 
 

@@ -1,7 +1,8 @@
-"""``connection``: the reply reader, the kernel-enforced I/O timeout, ``reply_ready``.
+"""``connection``: the reply reader and the kernel-enforced I/O timeout.
 
 Real sockets throughout: a socketpair for the reader, a listening socket that accepts and
-never answers for the timeout, and both queue servers for ``reply_ready``.
+never answers for the timeout. (``reply_ready`` is tested with pipelining, against both
+servers.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from contextlib import contextmanager
 import pytest
 
 from cmdstalk_py.connection import Client, Connection, LineReader, set_io_timeout
-from tests.helpers import BeanstalkServer, wait_until
 
 
 def test_reader_splits_lines_and_bodies_whatever_the_segments() -> None:
@@ -107,26 +107,3 @@ def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
         finally:
             connection.close()
 
-
-def test_reply_ready_sees_a_reserve_reply_sent_ahead(beanstalk: BeanstalkServer) -> None:
-    producer = beanstalk.client(use="ready")
-    first = producer.put(b"one", ttr=30)
-    second = producer.put(b"two", ttr=30)
-    sock = socket.create_connection((beanstalk.host, beanstalk.port), timeout=10)
-    client = Client(sock, use="ready", watch="ready")
-    try:
-        assert not client.reply_ready(0)  # nothing in flight
-        assert client.reserve(5).id == first
-        client.reserve_next(5)
-        client.delete(first)
-        wait_until(
-            lambda: producer.stats_job(second)["state"] == "reserved",
-            10,
-            message="the job reserved by the reserve sent ahead",
-        )
-        # Buffered with the DELETED reply or still in the kernel: ready either way.
-        wait_until(lambda: client.reply_ready(0), 10, message="the reserve reply")
-        assert client.reserve(5).id == second
-        client.delete(second)
-    finally:
-        client.close()

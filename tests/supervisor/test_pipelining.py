@@ -57,6 +57,25 @@ def test_the_next_reserve_reaches_the_server_with_the_delete(beanstalk: Beanstal
     assert producer.stats_tube("pipe")["current-jobs-reserved"] == 0
 
 
+def test_reply_ready_sees_a_reserve_reply_sent_ahead(beanstalk: BeanstalkServer) -> None:
+    producer = beanstalk.client(use="ready")
+    first = producer.put(b"one", ttr=30)
+    second = producer.put(b"two", ttr=30)
+    with pipelined_client(beanstalk, "ready") as client:
+        assert not client.reply_ready(0)  # nothing in flight
+        assert client.reserve(5).id == first
+        client.reserve_next(5)
+        client.delete(first)
+        wait_until(
+            lambda: producer.stats_job(second)["state"] == "reserved",
+            10,
+            message="the job reserved by the reserve sent ahead",
+        )
+        # Buffered with the DELETED reply or still in the kernel: ready either way.
+        wait_until(lambda: client.reply_ready(0), 10, message="the reserve reply")
+        assert client.reserve(5).id == second
+        client.delete(second)
+
 def test_an_error_reply_keeps_the_replies_in_order(beanstalk: BeanstalkServer) -> None:
     with pipelined_client(beanstalk, "pipe-err") as client:
         client.reserve_next(0)

@@ -4,8 +4,8 @@ Both servers get the same binlog flags: ``-b DIR -f 50`` (fsync at most every 50
 ``-b DIR -f 0`` (fsync before acknowledging every change). Figures: pipelined puts (for a
 fixed time, since ``-f 0`` speed depends on the disk) and put → reserve → delete cycles on 1
 and 16 connections, best of the rounds, the cycles on a second pair of servers started
-empty (the puts leave each server holding a different number of jobs); then the recovery time of a server killed with
-SIGKILL holding ``recovery_jobs`` jobs in its log.
+empty (the puts leave each server holding a different number of jobs); then the recovery
+time of a server killed with SIGKILL holding ``recovery_jobs`` jobs in its log.
 
 A bundled server that refuses ``-b`` is reported as an error (exit status 2), never silently
 measured in memory.

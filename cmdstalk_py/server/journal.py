@@ -47,7 +47,7 @@ class DurableJournal(Journal, Protocol):
     (and, with ``sync_each``, before their replies go out), then :meth:`maintain` once the
     replies that waited for it are sent; it arms its timer at :meth:`next_deadline`, and
     while ``sync_each`` and :attr:`needs_sync` holds every reply back until the changes
-    are durable. :meth:`tick` is both steps in one call.
+    are durable.
     """
 
     @property
@@ -60,19 +60,16 @@ class DurableJournal(Journal, Protocol):
         """Changes were written that are not durable yet."""
         ...
 
-    def tick(self, now: float) -> bool:
-        """fsync if due, then a bounded step of maintenance; False if the fsync failed."""
-        ...
-
     def sync_due(self, now: float) -> bool:
-        """Only the fsync of :meth:`tick`; False if it failed."""
+        """fsync if the policy says it is due; False if the fsync failed."""
         ...
 
     def maintain(self, now: float) -> None:
-        """Only the maintenance step of :meth:`tick` (its errors are logged, not raised)."""
+        """One bounded step of maintenance (its errors are logged, not raised)."""
 
     def next_deadline(self) -> float | None:
-        """When :meth:`tick` is next due (on the engine's clock), None when never."""
+        """When :meth:`sync_due` or :meth:`maintain` is next due (on the engine's clock),
+        None when never."""
         ...
 
     def close(self) -> None:

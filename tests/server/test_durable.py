@@ -10,10 +10,14 @@ where 1.12 differs (see ``BEANSTALKD_DIFFERS``).
 from __future__ import annotations
 
 import errno
+import fcntl
 import re
 import socket
 import subprocess
+import sys
+import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -224,6 +228,47 @@ def test_pipelined_puts_share_fsyncs(tmp_path: Path) -> None:
         assert ops.fsyncs - before < 40, "no group commit"
         c.close()
 
+
+class ZeroFillWatch(FaultyOps):
+    """Counts records of 60 KB bodies, and calls ``on_zero_fill(records)`` when the binlog
+    writes preallocated zeros (its maintenance step). Both run on the server's thread."""
+
+    on_zero_fill: Callable[[int], None] | None = None
+    big_records = 0
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if len(data) >= 4096:
+            if data.strip(b"\0"):
+                self.big_records += 1
+            elif self.on_zero_fill is not None:
+                self.on_zero_fill(self.big_records)
+        return super().pwrite(fd, data, offset)
+
+
+def test_f0_replies_go_out_before_the_maintenance_step(tmp_path: Path) -> None:
+    ops = ZeroFillWatch(str(tmp_path))
+    body = b"b" * 60_000
+    puts = 30  # 1.8 MB: past the first preallocated megabyte's halfway mark
+    with EmbeddedServer(binlog_dir=str(tmp_path), fsync_ms=0, file_ops=ops) as srv:
+        c = Conn(srv.address[1])
+        checks: list[tuple[int, int]] = []  # (reply bytes the client holds, expected)
+
+        def replies_already_sent(records: int) -> None:
+            # Every put logged so far was fsynced by this tick: its reply must be out.
+            held = fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+            expected = sum(len(b"INSERTED %d\r\n" % i) for i in range(1, records + 1))
+            checks.append((int.from_bytes(held, sys.byteorder), expected))
+
+        ops.on_zero_fill = replies_already_sent
+        # Nothing is read until the end: the client's receive queue counts what was sent.
+        c.sock.sendall(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) * puts)
+        wait_until(lambda: ops.big_records == puts, 20, message="every put logged")
+        assert [c.reply() for _ in range(puts)] == [
+            (b"INSERTED %d" % i, None) for i in range(1, puts + 1)
+        ]
+        c.close()
+    assert checks, "no maintenance step wrote zeros"
+    assert all(held == expected for held, expected in checks), checks
 
 def test_embedded_without_binlog_shows_segment_size() -> None:
     with EmbeddedServer(segment_size=5000) as srv:

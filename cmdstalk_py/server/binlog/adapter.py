@@ -162,7 +162,7 @@ class BinlogJournal:
         """
         if not self.sync_due(now):
             return False
-        self.binlog.maintain(now)
+        self.maintain(now)
         return True
 
     def sync_due(self, now: float) -> bool:

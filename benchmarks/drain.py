@@ -49,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from pathlib import Path
 
 import greenstalk
@@ -138,12 +139,9 @@ def loop_worker(server: BeanstalkServer, tube: str, stop: threading.Event) -> No
 
 
 @contextmanager
-def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
-    """``count`` in-process loop workers on ``tube`` until the block ends."""
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=loop_worker, args=(server, tube, stop)) for _ in range(count)
-    ]
+def running(targets: list[Callable[[], object]], stop: threading.Event) -> Iterator[None]:
+    """Each of ``targets`` in a thread of its own until the block ends, then ``stop``."""
+    threads = [threading.Thread(target=target) for target in targets]
     for thread in threads:
         thread.start()
     try:
@@ -152,6 +150,14 @@ def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[Non
         stop.set()
         for thread in threads:
             thread.join()
+
+
+@contextmanager
+def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
+    """``count`` in-process loop workers on ``tube`` until the block ends."""
+    stop = threading.Event()
+    with running([lambda: loop_worker(server, tube, stop) for _ in range(count)], stop):
+        yield
 
 
 @contextmanager
@@ -166,15 +172,8 @@ def broker_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[N
     config = Config(cmd=CMD, host=server.host, port=server.port, tubes=(tube,))
     stop = threading.Event()
     brokers = [Broker(config, tube, slot, stop=stop) for slot in range(count)]
-    threads = [threading.Thread(target=broker.run, args=(stop,)) for broker in brokers]
-    for thread in threads:
-        thread.start()
-    try:
+    with running([partial(broker.run, stop) for broker in brokers], stop):
         yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
 
 
 def cli_argv(profile_to: Path | None = None) -> list[str]:

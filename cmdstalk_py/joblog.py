@@ -2,7 +2,10 @@
 
 Every line carries the structured extras ``logsetup`` renders as ``[tube:slot] job N``.
 Loggers: ``cmdstalk.broker`` for results and kills, ``cmdstalk.output`` for the commands'
-stdout and stderr (so output can be silenced or routed apart from the rest).
+stdout and stderr (so output can be silenced or routed apart from the rest). When our own
+handler is the only one listening, lines go to it directly (``logsetup.sole_line_handler``):
+a broker writes one right after starting each command, where a trip through logging costs
+more than most of the rest of the job's handling.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 import signal
 from collections.abc import Callable
 
+from cmdstalk_py.logsetup import sole_line_handler
 from cmdstalk_py.observe import Observer
 from cmdstalk_py.results import JobResult, Outcome
 
@@ -51,16 +55,8 @@ class JobLog:
             how = "not run"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
         error = f" ({r.error})" if r.error else ""
-        log.log(
-            level,
-            "%s, %s%s in %.0f ms%s",
-            how,
-            r.outcome.value,
-            delay,
-            r.duration_ms,
-            error,
-            extra=self.extra(r.job_id, r.outcome.value),
-        )
+        msg = f"{how}, {r.outcome.value}{delay} in {r.duration_ms:.0f} ms{error}"
+        _emit(log, level, msg, self.extra(r.job_id, r.outcome.value))
 
     def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
         """A callback logging each output line; None when output is not logged at all
@@ -68,10 +64,11 @@ class JobLog:
         if not output_log.isEnabledFor(logging.INFO):
             return None
         extra = self.extra(job_id, stream)
-        prefix = stream + ": %s"
+        prefix = stream + ": "
 
         def on_line(line: bytes) -> None:
-            output_log.info(prefix, line.decode("utf-8", "replace").rstrip("\r\n"), extra=extra)
+            text = line.decode("utf-8", "replace").rstrip("\r\n")
+            _emit(output_log, logging.INFO, prefix + text, extra)
 
         return on_line
 
@@ -79,7 +76,22 @@ class JobLog:
         """A callback for each signal sent to ``job_id``'s command: logged and observed."""
 
         def on_kill(name: str) -> None:
-            log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
+            _emit(log, logging.WARNING, f"sent {name}", self.extra(job_id, "kill"))
             self._observer.process_killed(self.tube, name)
 
         return on_kill
+
+
+def _emit(logger: logging.Logger, level: int, msg: str, extra: dict[str, object]) -> None:
+    """``logger.log(level, msg, extra=extra)``, straight to our handler when only it listens.
+
+    ``msg`` is the finished message (logging formats a message with ``%`` only when given
+    arguments, so a ``%`` in a command's output is safe either way).
+    """
+    if not logger.isEnabledFor(level):
+        return
+    handler = sole_line_handler(logger, level)
+    if handler is None:
+        logger.log(level, msg, extra=extra)
+    else:
+        handler.write_line(level, logger.name, msg, extra)

@@ -8,12 +8,23 @@ import json
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.logsetup import configure_logging, iso_utc, lean_records
+from cmdstalk_py.joblog import JobLog
+from cmdstalk_py.logsetup import (
+    LineHandler,
+    configure_logging,
+    iso_utc,
+    lean_records,
+    make_formatter,
+    sole_line_handler,
+)
+from cmdstalk_py.observe import Observer
+from cmdstalk_py.results import JobResult, Outcome
 
 BROKER_EXTRA = {"tube": "mail", "slot": 2, "job_id": 17, "event": "deleted"}
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -132,3 +143,115 @@ def test_iso_utc_matches_datetime(epoch: float) -> None:
     expected = dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds")
     assert iso_utc(epoch) == expected.replace("+00:00", "Z")
     assert iso_utc(epoch) == expected.replace("+00:00", "Z")  # from the cache this time
+
+
+# -- the direct path for per-job lines ---------------------------------------------------
+
+
+def _job_lines(joblog: JobLog) -> None:
+    """One of each line a broker writes about its jobs."""
+    def result(job_id: int, outcome: Outcome, **fields: Any) -> JobResult:
+        return JobResult(job_id=job_id, tube="mail", slot=2, outcome=outcome, started_at=1000.0,
+                         ended_at=1000.0123, priority=5, ttr=60, releases=0, timeouts=0,
+                         reserves=1, age_s=0, payload_bytes=3, **fields)
+
+    joblog.result(result(17, Outcome.DELETED, exit_code=0))
+    joblog.result(result(18, Outcome.RELEASED, exit_code=3, release_delay=16))
+    joblog.result(result(19, Outcome.TIMEOUT_BURIED, signal=9))
+    joblog.result(result(20, Outcome.LOST, error="NOT_FOUND on delete"))
+    on_line = joblog.line_logger(21, "stdout")
+    assert on_line is not None
+    on_line(b"100% done, \xff r\xc3\xa9sum\xc3\xa9\r\n")
+    joblog.kill_reporter(21)("SIGTERM")
+
+
+def _without_ts(line: str, fmt: str) -> object:
+    if fmt == "json":
+        obj = json.loads(line)
+        assert re.fullmatch(TS, obj.pop("ts"))
+        return obj
+    ts, rest = line.split(" ", 1)
+    assert re.fullmatch(TS, ts)
+    return rest
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_job_lines_written_directly_are_the_lines_logging_writes(fmt: str) -> None:
+    root = logging.getLogger()
+    root.handlers[:] = []  # pytest's capture handlers: the direct path needs ours alone
+    records: list[logging.LogRecord] = []
+    make_record = logging.getLogRecordFactory()
+
+    def counting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        records.append(record)
+        return record
+
+    logging.setLogRecordFactory(counting_factory)
+    try:
+        direct, through_logging = io.StringIO(), io.StringIO()
+        configure_logging(fmt, "INFO", direct)
+        assert sole_line_handler(logging.getLogger("cmdstalk.broker"), logging.INFO)
+        _job_lines(JobLog("mail", 2, Observer()))
+        assert records == []  # no LogRecord made: written directly
+
+        configure_logging(fmt, "INFO", through_logging)
+        root.addHandler(logging.NullHandler())  # a second listener: through logging again
+        assert sole_line_handler(logging.getLogger("cmdstalk.broker"), logging.INFO) is None
+        _job_lines(JobLog("mail", 2, Observer()))
+        assert len(records) == 6
+    finally:
+        logging.setLogRecordFactory(make_record)
+    lines = direct.getvalue().splitlines()
+    assert len(lines) == 6
+    assert [_without_ts(x, fmt) for x in lines] == [
+        _without_ts(x, fmt) for x in through_logging.getvalue().splitlines()
+    ]
+    if fmt == "text":
+        assert lines[0].endswith(" INFO [mail:2] job 17 exit 0, deleted in 12 ms")
+        assert lines[3].endswith(" WARNING [mail:2] job 20 not run, lost in 12 ms "
+                                 "(NOT_FOUND on delete)")
+        assert lines[4].endswith(" INFO [mail:2] job 21 stdout: 100% done, \ufffd résumé")
+    else:
+        assert json.loads(lines[1])["msg"] == "exit 3, released with delay 16s in 12 ms"
+        assert json.loads(lines[5])["event"] == "kill"
+
+
+def test_sole_line_handler_only_when_nothing_else_would_see_the_line() -> None:
+    root = logging.getLogger()
+    root.handlers[:] = []
+    broker = logging.getLogger("cmdstalk.broker")
+    configure_logging("text", "INFO", io.StringIO())
+    ours = root.handlers[0]
+    assert isinstance(ours, LineHandler)
+    assert sole_line_handler(broker, logging.INFO) is ours
+    ours.setLevel(logging.WARNING)
+    assert sole_line_handler(broker, logging.INFO) is None
+    ours.setLevel(logging.NOTSET)
+
+    def drop_all(record: logging.LogRecord) -> bool:
+        return False
+
+    for target in (broker, logging.getLogger("cmdstalk"), ours):
+        target.addFilter(drop_all)
+        try:
+            assert sole_line_handler(broker, logging.INFO) is None
+        finally:
+            target.removeFilter(drop_all)
+    broker.propagate = False
+    try:
+        assert sole_line_handler(broker, logging.INFO) is None  # nothing would see it
+    finally:
+        broker.propagate = True
+    assert sole_line_handler(broker, logging.INFO) is ours
+
+
+def test_a_direct_line_that_cannot_be_written_is_reported_like_logging_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+    handler = LineHandler(out, make_formatter("text"))
+    out.close()
+    handler.write_line(logging.INFO, "cmdstalk.broker", "exit 0, deleted", BROKER_EXTRA)
+    err = capsys.readouterr().err
+    assert "--- Logging error ---" in err and "exit 0, deleted" in err

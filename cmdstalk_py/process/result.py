@@ -13,7 +13,9 @@ class KillReason(enum.Enum):
     SHUTDOWN = "shutdown"  # the supervisor is stopping (stop / stop_now event)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, and this
+# value is made once per job at the moment the next job waits on it.
+@dataclass(slots=True)
 class ProcessResult:
     """How one command run ended.
 

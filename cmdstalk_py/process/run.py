@@ -111,6 +111,34 @@ def run_command(
 class _Run:
     """State of one running command; ``execute`` is the poll loop."""
 
+    __slots__ = (
+        "deadline",
+        "ended",
+        "err",
+        "grace",
+        "hard",
+        "kill_at",
+        "killed",
+        "killer",
+        "on_kill",
+        "on_started",
+        "out",
+        "payload",
+        "pid",
+        "pidfd",
+        "poll_interval",
+        "poller",
+        "reaped",
+        "started",
+        "status",
+        "stdin",
+        "stdin_polled",
+        "stop",
+        "stop_now",
+        "streams",
+        "written",
+    )
+
     def __init__(
         self,
         child: Spawned,
@@ -224,9 +252,11 @@ class _Run:
         if size == 0:
             self._close_stdin()
         elif size <= _PIPE_BUF:
-            # BrokenPipe: the command closed stdin or exited without reading; its business.
-            with contextlib.suppress(BrokenPipeError):
+            # (Not contextlib.suppress: that is an object and two calls more, every job.)
+            try:  # noqa: SIM105
                 os.write(fd, self.payload)
+            except BrokenPipeError:
+                pass  # the command closed stdin or exited without reading: its business
             self._close_stdin()
         else:
             os.set_blocking(fd, False)

@@ -2,7 +2,7 @@
 
 Real sockets throughout: a socketpair for the reader, a listening socket that accepts and
 never answers for the timeout. (``reply_ready`` is tested with pipelining, against both
-servers.)
+servers.) ``parse_stats`` is checked against greenstalk's parser on both servers' replies.
 """
 
 from __future__ import annotations
@@ -13,9 +13,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import greenstalk
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
-from cmdstalk_py.connection import Client, Connection, LineReader, set_io_timeout
+from cmdstalk_py.connection import Client, Connection, LineReader, parse_stats, set_io_timeout
+from tests.helpers import BeanstalkServer
 
 
 def test_reader_splits_lines_and_bodies_whatever_the_segments() -> None:
@@ -109,3 +113,62 @@ def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
     # The kernel's timeout, not a Python-level one (that one says "timed out").
     assert str(raised.value) == "no reply from the server in 0.3s"
 
+
+
+# -- parse_stats: greenstalk's result, without its exceptions --------------------------------
+
+
+def _raw_reply(sock: socket.socket, command: bytes) -> bytes:
+    """The body of an ``OK <bytes>`` reply to ``command``, read off a plain socket."""
+    sock.sendall(command + b"\r\n")
+    reader = LineReader(sock)
+    head = reader.readline()
+    assert head.startswith(b"OK "), head
+    size = int(head.split()[1])
+    body = reader.read(size + 2)
+    assert body.endswith(b"\r\n")
+    return body[:-2]
+
+
+def test_parse_stats_gives_what_greenstalk_gives_for_every_stats_reply(
+    beanstalk: BeanstalkServer,
+) -> None:
+    with socket.create_connection((beanstalk.host, beanstalk.port), timeout=10) as sock:
+        producer = greenstalk.Client((beanstalk.host, beanstalk.port), use="parse-me")
+        try:
+            job_id = producer.put("x", priority=7, ttr=30)
+            bodies = [
+                _raw_reply(sock, b"stats-job %d" % job_id),
+                _raw_reply(sock, b"stats-tube parse-me"),
+                _raw_reply(sock, b"stats"),  # strings: version, hostname, os, platform...
+            ]
+        finally:
+            producer.close()
+    for body in bodies:
+        assert parse_stats(body) == greenstalk._parse_stats(body)
+    job = parse_stats(bodies[0])
+    assert (job["id"], job["tube"], job["state"], job["pri"]) == (job_id, "parse-me", "ready", 7)
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z-]{0,15}", fullmatch=True),
+        st.one_of(
+            st.integers(-(2**63), 2**64),
+            st.from_regex(r"[A-Za-z0-9._/ +-]{0,20}", fullmatch=True),
+            st.from_regex(r'"[A-Za-z0-9.]{0,8}"', fullmatch=True),
+        ),
+    )
+)
+def test_parse_stats_matches_greenstalk_on_any_flat_yaml(fields: dict[str, object]) -> None:
+    body = ("---\n" + "".join(f"{k}: {v}\n" for k, v in fields.items())).encode()
+    values = [str(v) for v in fields.values()]
+    # greenstalk's int() also takes " 5", "+5" and "1_000", which no beanstalkd writes.
+    assume(not any(v != v.strip() or v.startswith("+") or "_" in v for v in values))
+    assert parse_stats(body) == greenstalk._parse_stats(body)
+
+
+def test_parse_stats_rejects_what_is_not_a_stats_reply() -> None:
+    for body in (b"id: 1\n", b"---\nid 1\n"):
+        with pytest.raises(ValueError):
+            parse_stats(body)

@@ -7,7 +7,7 @@ class with no-op methods so implementations override only what they need.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cmdstalk_py.results import JobResult
 
@@ -44,22 +44,35 @@ class Observer:
 
 
 class Observers(Observer):
-    """Fans every call out to several observers; one failing never stops the others."""
+    """Fans every call out to several observers; one failing never stops the others.
+
+    A hook calls only the observers that implement it (resolved when they are added):
+    brokers call three hooks per job, and most observers implement one or two.
+    """
 
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
-        self._observers = list(observers)
+        self._observers: list[Observer] = []
+        self._hooks: dict[str, list[Callable[..., None]]] = {name: [] for name in _HOOKS}
+        for observer in observers:
+            self.add(observer)
 
     def add(self, observer: Observer) -> None:
         self._observers.append(observer)
+        for name in _HOOKS:
+            hook = getattr(observer, name)
+            if getattr(hook, "__func__", None) is not getattr(Observer, name):
+                self._hooks[name].append(hook)
 
     def _each(self, name: str, *args: object) -> None:
-        for obs in self._observers:
+        for hook in self._hooks[name]:
             try:
-                getattr(obs, name)(*args)
+                hook(*args)
             except Exception:  # an observer's bug must never lose a job
                 import logging
 
-                logging.getLogger("cmdstalk").exception("observer %r failed in %s", obs, name)
+                logging.getLogger("cmdstalk").exception(
+                    "observer %r failed in %s", getattr(hook, "__self__", hook), name
+                )
 
     def job_finished(self, result: JobResult) -> None:
         self._each("job_finished", result)
@@ -87,3 +100,9 @@ class Observers(Observer):
 
     def close(self) -> None:
         self._each("close")
+
+
+# Every hook, as Observers fans them out.
+_HOOKS = tuple(
+    name for name, value in vars(Observer).items() if callable(value) and not name.startswith("_")
+)

@@ -8,6 +8,7 @@ not (see ``precheck`` and ``kill_schedule``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from cmdstalk_py.results import Outcome
@@ -28,6 +29,12 @@ class Decision:
         """The beanstalkd command that carries out this decision."""
         return _COMMANDS[self.outcome]
 
+
+# The decisions without a delay, made once: values are frozen, and a broker makes one per job.
+_DELETE = Decision(Outcome.DELETED)
+_BURY = Decision(Outcome.BURIED)
+_TIMEOUT_BURY = Decision(Outcome.TIMEOUT_BURIED)
+_PRECHECK_BURY = Decision(Outcome.PRECHECK_BURIED)
 
 _COMMANDS = {
     Outcome.DELETED: "delete",
@@ -65,9 +72,9 @@ def precheck(
     since the last kick, hence the offset rather than a reset.
     """
     if timeouts - kicks >= max_timeouts:
-        return Decision(Outcome.PRECHECK_BURIED)
+        return _PRECHECK_BURY
     if releases - kicks >= max_releases:
-        return Decision(Outcome.PRECHECK_BURIED)
+        return _PRECHECK_BURY
     return None
 
 
@@ -110,14 +117,15 @@ def decide(
     if shutdown_killed or (ttr_killed and stopping):
         return Decision(Outcome.SHUTDOWN_RELEASED, 0)
     if ttr_killed:
-        return Decision(Outcome.TIMEOUT_BURIED)
+        return _TIMEOUT_BURY
     if exit_code == 0:
-        return Decision(Outcome.DELETED)
+        return _DELETE
     if exit_code is not None and exit_code in bury_exit_codes:
-        return Decision(Outcome.BURIED)
+        return _BURY
     return Decision(Outcome.RELEASED, backoff_delay(releases, backoff_exponent, backoff_max))
 
 
+@functools.lru_cache(maxsize=256)  # pure, and jobs of a tube mostly share one TTR
 def kill_schedule(ttr: int, margin: float, grace: float) -> KillPlan:
     """When to TERM and KILL a job's process group so it is dead before the server's TTR.
 

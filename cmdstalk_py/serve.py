@@ -77,8 +77,10 @@ def serve(config: Config, extras: Extras) -> int:
             except (ValueError, OSError) as e:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
-        # job commands inherit.
-        observers.add(SystemdNotifier())
+        # job commands inherit. Outside systemd it would only count jobs for nobody.
+        notifier = SystemdNotifier()
+        if notifier.enabled:
+            observers.add(notifier)
         log.info(
             "cmdstalk %s: %s on %s, %d per tube, cmd %r",
             __version__,

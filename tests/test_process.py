@@ -498,3 +498,21 @@ def test_output_stream_lines_match_split(chunks: list[bytes]) -> None:
         expected.pop()  # a final newline ends the last line; it does not start a new one
     assert got == expected
     assert stream.tail == b""
+
+
+def test_reap_orphans_with_only_live_children_reaps_nothing() -> None:
+    lines = Announced()
+    result = run_command(
+        sh("setsid bash -c 'echo gc $$; exec sleep 30' & sleep 0.1"), b"", ENV, on_stdout_line=lines
+    )
+    assert result.exit_code == 0
+    [daemon] = lines.procs
+    try:
+        assert daemon.status() != psutil.STATUS_ZOMBIE
+        assert reap_orphans() == 0
+        assert daemon.is_running() and daemon.status() != psutil.STATUS_ZOMBIE
+    finally:
+        daemon.kill()
+    wait_until(lambda: reap_orphans() >= 1 or not daemon.is_running(), timeout=10,
+               message="the killed daemon to be reaped")
+    assert_gone(daemon)

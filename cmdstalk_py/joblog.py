@@ -55,8 +55,9 @@ class JobLog:
             how = "not run"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
         error = f" ({r.error})" if r.error else ""
-        msg = f"{how}, {r.outcome.value}{delay} in {r.duration_ms:.0f} ms{error}"
-        _emit(log, level, msg, self.extra(r.job_id, r.outcome.value))
+        outcome = r.outcome.value  # once: an enum's .value is a Python-level descriptor
+        msg = f"{how}, {outcome}{delay} in {r.duration_ms:.0f} ms{error}"
+        _write(log, level, msg, self.extra(r.job_id, outcome))
 
     def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
         """A callback logging each output line; None when output is not logged at all
@@ -88,8 +89,12 @@ def _emit(logger: logging.Logger, level: int, msg: str, extra: dict[str, object]
     ``msg`` is the finished message (logging formats a message with ``%`` only when given
     arguments, so a ``%`` in a command's output is safe either way).
     """
-    if not logger.isEnabledFor(level):
-        return
+    if logger.isEnabledFor(level):
+        _write(logger, level, msg, extra)
+
+
+def _write(logger: logging.Logger, level: int, msg: str, extra: dict[str, object]) -> None:
+    """``_emit`` once ``logger.isEnabledFor(level)`` is known."""
     handler = sole_line_handler(logger, level)
     if handler is None:
         logger.log(level, msg, extra=extra)

@@ -55,12 +55,14 @@ def iso_utc(epoch: float) -> str:
 
 def _prefix(extras: Mapping[str, object]) -> str:
     """``[tube:slot] job N `` for broker lines, as much of it as ``extras`` carries."""
-    parts = []
     tube = extras.get("tube")
     slot = extras.get("slot")
+    job_id = extras.get("job_id")
+    if job_id is not None and slot is not None and tube is not None:
+        return f"[{tube}:{slot}] job {job_id} "  # a line about a job: the common case
+    parts = []
     if tube is not None:
         parts.append(f"[{tube}:{slot}]" if slot is not None else f"[{tube}]")
-    job_id = extras.get("job_id")
     if job_id is not None:
         parts.append(f"job {job_id}")
     return " ".join(parts) + " " if parts else ""

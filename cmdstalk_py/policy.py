@@ -9,7 +9,7 @@ not (see ``precheck`` and ``kill_schedule``).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cmdstalk_py.results import Outcome
 
@@ -23,18 +23,14 @@ class Decision:
 
     outcome: Outcome
     delay: int | None = None
+    #: The beanstalkd command that carries out this decision: ``delete``, ``release``,
+    #: ``bury`` or ``none``. Stored, not looked up on each use: hashing an enum member
+    #: is a Python-level call, and a broker asks twice per job.
+    command: str = field(init=False)
 
-    @property
-    def command(self) -> str:
-        """The beanstalkd command that carries out this decision."""
-        return _COMMANDS[self.outcome]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "command", _COMMANDS[self.outcome])
 
-
-# The decisions without a delay, made once: values are frozen, and a broker makes one per job.
-_DELETE = Decision(Outcome.DELETED)
-_BURY = Decision(Outcome.BURIED)
-_TIMEOUT_BURY = Decision(Outcome.TIMEOUT_BURIED)
-_PRECHECK_BURY = Decision(Outcome.PRECHECK_BURIED)
 
 _COMMANDS = {
     Outcome.DELETED: "delete",
@@ -45,6 +41,12 @@ _COMMANDS = {
     Outcome.PRECHECK_BURIED: "bury",
     Outcome.LOST: "none",
 }
+
+# The decisions without a delay, made once: values are frozen, and a broker makes one per job.
+_DELETE = Decision(Outcome.DELETED)
+_BURY = Decision(Outcome.BURIED)
+_TIMEOUT_BURY = Decision(Outcome.TIMEOUT_BURIED)
+_PRECHECK_BURY = Decision(Outcome.PRECHECK_BURIED)
 
 
 @dataclass(frozen=True, slots=True)

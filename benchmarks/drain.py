@@ -26,6 +26,11 @@ Two figures per worker kind and per-tube count:
   batch's time has passed quietly (polling throughout took ~10 % of a core from the
   workers being measured).
 
+For the CLI the drain runs also print its CPU time per job (every thread, from
+``/proc/PID/task/*/schedstat``) next to the raw loop's own (``thread_time``): on this
+machine the chain of processes mostly shares one vCPU, so per-job CPU is what moves the
+ratio, and it is far steadier than the rates from run to run.
+
 ``--profile`` runs one in-process loop worker under cProfile; ``--profile-cli N`` runs the
 CLI with ``--per-tube N`` with every thread under cProfile. Both print the top entries.
 
@@ -72,7 +77,9 @@ QUIET_FRACTION = 0.7  # of the previous batch's time, waited before polling (see
 WARMUP_JOBS = 20
 CLI_EXTRA_ARGS: list[str] = []  # --cli-arg, for experiments (e.g. --log-level=warning)
 
-Workers = Callable[[BeanstalkServer, str, int], AbstractContextManager[None]]
+#: Seconds of CPU the workers have used so far (all their threads), when they are a process.
+CpuProbe = Callable[[], float]
+Workers = Callable[[BeanstalkServer, str, int], AbstractContextManager[CpuProbe | None]]
 
 
 def child_env() -> dict[str, str]:
@@ -97,13 +104,32 @@ def child_env() -> dict[str, str]:
 # -- without a queue ------------------------------------------------------------------------
 
 
+#: CPU seconds per job of the raw loop (this process's own, not the commands'), per run.
+RAW_CPU: list[float] = []
+
+
 def time_raw(jobs: int) -> float:
     """Seconds for ``jobs`` sequential ``subprocess.run`` calls, payload on stdin."""
     env = child_env()
+    cpu = time.thread_time()
     started = time.perf_counter()
     for _ in range(jobs):
         subprocess.run(ARGV, input=PAYLOAD, env=env, check=True)
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    RAW_CPU.append((time.thread_time() - cpu) / jobs)
+    return elapsed
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds used so far by every thread of ``pid`` (scheduler nanoseconds, not ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that just ended
+            continue
+    return total / 1e9
 
 
 def time_spawn(jobs: int) -> float:
@@ -153,15 +179,17 @@ def running(targets: list[Callable[[], object]], stop: threading.Event) -> Itera
 
 
 @contextmanager
-def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
+def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[CpuProbe | None]:
     """``count`` in-process loop workers on ``tube`` until the block ends."""
     stop = threading.Event()
     with running([lambda: loop_worker(server, tube, stop) for _ in range(count)], stop):
-        yield
+        yield None
 
 
 @contextmanager
-def broker_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
+def broker_workers(
+    server: BeanstalkServer, tube: str, count: int
+) -> Iterator[CpuProbe | None]:
     """The supervisor's own ``Broker`` class, ``count`` threads in this process.
 
     Tells the cost of the broker apart from that of the CLI process around it.
@@ -173,7 +201,7 @@ def broker_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[N
     stop = threading.Event()
     brokers = [Broker(config, tube, slot, stop=stop) for slot in range(count)]
     with running([partial(broker.run, stop) for broker in brokers], stop):
-        yield
+        yield None
 
 
 def cli_argv(profile_to: Path | None = None) -> list[str]:
@@ -224,8 +252,9 @@ def cli_available() -> bool:
 @contextmanager
 def cli_workers(
     server: BeanstalkServer, tube: str, per_tube: int, profile_to: Path | None = None
-) -> Iterator[None]:
-    """The real CLI serving ``tube`` with ``per_tube`` brokers until the block ends."""
+) -> Iterator[CpuProbe | None]:
+    """The real CLI serving ``tube`` with ``per_tube`` brokers until the block ends; yields
+    a probe of the CLI's CPU time."""
     argv = [*cli_argv(profile_to), "--address", server.address, "--tubes", tube]
     argv += ["--per-tube", str(per_tube), "--cmd", CMD, *CLI_EXTRA_ARGS]
     # Default log level: a user's cmdstalk logs every job, so the benchmark does too.
@@ -236,7 +265,7 @@ def cli_workers(
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        yield
+        yield partial(process_cpu, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -312,21 +341,30 @@ class Queue:
         self.client.close()
 
 
-def drain(server: BeanstalkServer, workers: Workers, count: int, jobs: int) -> float:
-    """The issue's measure: ``jobs`` queued at once, drained by ``count`` workers. jobs/s."""
+def drain(
+    server: BeanstalkServer, workers: Workers, count: int, jobs: int
+) -> tuple[float, float | None]:
+    """The issue's measure: ``jobs`` queued at once, drained by ``count`` workers.
+
+    Returns jobs/s and, for workers in a process of their own (the CLI), their CPU
+    seconds per job: on this machine every process of the chain (cmdstalk, beanstalkd,
+    the command) mostly shares one vCPU, so each µs of it is a µs of wall time per job.
+    """
     queue = Queue(server)
     try:
         queue.client.pause_tube(queue.tube, 3600)
         queue.put(jobs)
-        with workers(server, queue.tube, count):
+        with workers(server, queue.tube, count) as cpu:
             queue.wait_watchers(count)
+            cpu_before = cpu() if cpu is not None else 0.0
             # pause-tube's delay is whole seconds: "unpause" = a pause ending 1 s from now.
             queue.client.pause_tube(queue.tube, UNPAUSE_AFTER)
             started = time.perf_counter() + UNPAUSE_AFTER
             queue.wait_deleted(jobs, DRAIN_POLL)
             elapsed = time.perf_counter() - started
+            cpu_per_job = (cpu() - cpu_before) / jobs if cpu is not None else None
         queue.check_all_deleted()
-        return jobs / elapsed
+        return jobs / elapsed, cpu_per_job
     finally:
         queue.close()
 
@@ -435,11 +473,13 @@ def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
         path = Path(tmp) / "cli.prof"
 
         @contextmanager
-        def profiled(server: BeanstalkServer, tube: str, count: int) -> Iterator[None]:
-            with cli_workers(server, tube, count, profile_to=path):
-                yield
+        def profiled(
+            server: BeanstalkServer, tube: str, count: int
+        ) -> Iterator[CpuProbe | None]:
+            with cli_workers(server, tube, count, profile_to=path) as cpu:
+                yield cpu
 
-        rate = drain(server, profiled, per_tube, jobs)
+        rate, _ = drain(server, profiled, per_tube, jobs)
         out = io.StringIO()
         print_stats(pstats.Stats(str(path), stream=out), out)
         return rate
@@ -475,6 +515,7 @@ def main() -> None:
     print(f"drain benchmark: {jobs} jobs, {SHELL} {CMD!r}, {os.cpu_count()} cpus")
     rates: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {}
+    cpu_use: dict[str, list[float]] = {}  # workers' CPU seconds per job, drain runs
 
     def record(name: str, rate: float, ratio: float | None = None) -> None:
         rates.setdefault(name, []).append(rate)
@@ -508,7 +549,11 @@ def main() -> None:
                 record("raw", raw_rate)
             for name, workers in kinds:
                 for count in counts:
-                    record(f"{name}/{count} drain", drain(server, workers, count, jobs))
+                    rate, cpu_per_job = drain(server, workers, count, jobs)
+                    record(f"{name}/{count} drain", rate)
+                    if cpu_per_job is not None:
+                        cpu_use.setdefault(f"{name}/{count}", []).append(cpu_per_job)
+                        print(f"  {'':<16} CPU {cpu_per_job * 1e6:5.0f} µs/job (workers' process)")
                     queue_rate, raw_rate, ratio = paired(server, workers, count, jobs, batch)
                     record(f"{name}/{count} paired", queue_rate, ratio)
                     record("raw", raw_rate)
@@ -526,6 +571,11 @@ def main() -> None:
         else:
             how = f"{rate / raw:5.2f} x median raw"
         print(f"  {name:<16} {rate:7.1f} jobs/s  {how}")
+    for name, values in cpu_use.items():
+        print(
+            f"  {name:<16} CPU {statistics.median(values) * 1e6:5.0f} µs/job in the workers'"
+            f" process (raw loop: {statistics.median(RAW_CPU) * 1e6:.0f} µs/job in Python)"
+        )
 
 
 if __name__ == "__main__":

@@ -43,6 +43,12 @@ class Observer:
         """The supervisor has stopped; flush and release resources."""
 
 
+# Every hook, as Observers fans them out.
+_HOOKS = tuple(
+    name for name, value in vars(Observer).items() if callable(value) and not name.startswith("_")
+)
+
+
 class Observers(Observer):
     """Fans every call out to several observers; one failing never stops the others.
 
@@ -100,9 +106,3 @@ class Observers(Observer):
 
     def close(self) -> None:
         self._each("close")
-
-
-# Every hook, as Observers fans them out.
-_HOOKS = tuple(
-    name for name, value in vars(Observer).items() if callable(value) and not name.startswith("_")
-)

@@ -244,6 +244,9 @@ def test_sole_line_handler_only_when_nothing_else_would_see_the_line() -> None:
     finally:
         broker.propagate = True
     assert sole_line_handler(broker, logging.INFO) is ours
+    # Another formatter set on our handler afterwards is what logging would use: so is it.
+    ours.setFormatter(logging.Formatter("plain: %(message)s"))
+    assert sole_line_handler(broker, logging.INFO) is None
 
 
 def test_a_direct_line_that_cannot_be_written_is_reported_like_logging_does(

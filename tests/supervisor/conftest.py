@@ -76,6 +76,19 @@ class Collector(Observer):
         with self._lock:
             return list(self.results)
 
+    def busy_now(self) -> int:
+        """How many brokers are running a command right now.
+
+        Wait on this, not on the server's reserved count, before stopping: a broker whose
+        reserve the server has answered but which has not read the reply yet is still in
+        reserve, and a stop then abandons that job unrun (the server takes it back).
+        """
+        state: dict[tuple[str, int], bool] = {}
+        with self._lock:
+            for tube, slot, busy in self.busy:
+                state[tube, slot] = busy
+        return sum(state.values())
+
     def wait_results(self, n: int, timeout: float = 15.0) -> list[JobResult]:
         """Wait until at least ``n`` results arrived; return them all."""
         wait_until(lambda: len(self.snapshot()) >= n, timeout, message=f"{n} job results")

@@ -15,8 +15,14 @@ from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for, read_events, run_one, start_cmdstalk
 
 
-def _reserved(server: BeanstalkServer, tube: str) -> int:
-    return int(server.client().stats_tube(tube)["current-jobs-reserved"])
+def _running(started: Path) -> int:
+    """Commands that have started (each touches ``started/<job id>`` first).
+
+    Stop only once they run: the server counts a job reserved as soon as it answers the
+    reserve, and a stop that cuts the broker's reserve short before it reads that reply
+    hands the job back unrun (nothing lost, but no event for it either).
+    """
+    return sum(1 for _ in started.iterdir())
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -60,12 +66,14 @@ def test_sigterm_with_jobs_in_flight_loses_nothing(
     producer = beanstalk.client(use="drill")
     ids = {producer.put(str(i).encode(), ttr=30) for i in range(8)}
     events = tmp_path / "events.jsonl"
+    started = tmp_path / "started"
+    started.mkdir()
     proc = start_cmdstalk(
         f"-address={beanstalk.address}", "-tubes=drill", "-per-tube=3",
-        "-cmd=sleep 0.5; cat", f"--events={events}",
+        f"-cmd=touch {started}/$CMDSTALK_JOB_ID; sleep 0.5; cat", f"--events={events}",
     )
     try:
-        wait_until(lambda: _reserved(beanstalk, "drill") == 3, 15, message="3 jobs in flight")
+        wait_until(lambda: _running(started) >= 3, 15, message="3 jobs in flight")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
         assert proc.returncode == 0, err.decode()
@@ -73,7 +81,8 @@ def test_sigterm_with_jobs_in_flight_loses_nothing(
         _stop(proc)
     records = read_events(events)
     finished = {r["job_id"] for r in records if r["outcome"] == "deleted"}
-    assert len(finished) >= 3  # the ones in flight ran to the end
+    # The ones in flight ran to the end, and no job ran without being deleted.
+    assert finished == {int(p.name) for p in started.iterdir()} and len(finished) >= 3
     stats = producer.stats_tube("drill")
     assert stats["current-jobs-reserved"] == 0 and stats["current-jobs-buried"] == 0
     left: set[int] = set()
@@ -90,13 +99,16 @@ def test_second_sigterm_kills_and_releases(beanstalk: BeanstalkServer, tmp_path:
     ids = {producer.put(b"", ttr=60) for _ in range(2)}
     events = tmp_path / "events.jsonl"
     log = tmp_path / "stderr.log"
+    started = tmp_path / "started"
+    started.mkdir()
+    cmd = f"trap '' TERM; touch {started}/$CMDSTALK_JOB_ID; sleep 60"
     with log.open("wb") as stderr:
         proc = start_cmdstalk(
             "--address", beanstalk.address, "--tubes", "drill2", "--per-tube", "2",
-            "--cmd", "trap '' TERM; sleep 60", "--events", str(events), stderr=stderr,
+            "--cmd", cmd, "--events", str(events), stderr=stderr,
         )
     try:
-        wait_until(lambda: _reserved(beanstalk, "drill2") == 2, 15, message="2 jobs in flight")
+        wait_until(lambda: _running(started) == 2, 15, message="2 jobs in flight")
         proc.send_signal(signal.SIGTERM)
         # Two signals sent at once may arrive as one: wait until the first was seen.
         wait_until(lambda: "stopping" in log.read_text(), 10, message="first SIGTERM handled")

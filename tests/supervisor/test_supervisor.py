@@ -74,7 +74,7 @@ def test_graceful_stop_lets_running_jobs_finish(beanstalk: BeanstalkServer) -> N
     producer = beanstalk.client(use="grace")
     ids = [producer.put(b"", ttr=30) for _ in range(4)]
     with supervising(beanstalk, "sleep 1; echo done", tubes=("grace",), per_tube=2) as run:
-        wait_until(lambda: _reserved(beanstalk, "grace") == 2, 10, message="2 jobs running")
+        wait_until(lambda: run.collector.busy_now() == 2, 10, message="2 jobs running")
         run.supervisor.request_stop()
         run.thread.join(15)
         assert not run.thread.is_alive()
@@ -92,7 +92,7 @@ def test_shutdown_timeout_kills_and_releases(beanstalk: BeanstalkServer) -> None
     producer = beanstalk.client(use="shut")
     job_id = producer.put(b"", priority=77, ttr=60)
     with supervising(beanstalk, "sleep 60", tubes=("shut",), shutdown_timeout=0.3) as run:
-        wait_until(lambda: _reserved(beanstalk, "shut") == 1, 10, message="job running")
+        wait_until(lambda: run.collector.busy_now() == 1, 10, message="job running")
         started = time.monotonic()
         run.supervisor.request_stop()
         run.thread.join(15)
@@ -109,7 +109,7 @@ def test_second_stop_kills_at_once_and_releases(beanstalk: BeanstalkServer) -> N
     job_id = producer.put(b"", ttr=60)
     cmd = "trap '' TERM; sleep 60"
     with supervising(beanstalk, cmd, tubes=("twice",)) as run:
-        wait_until(lambda: _reserved(beanstalk, "twice") == 1, 10, message="job running")
+        wait_until(lambda: run.collector.busy_now() == 1, 10, message="job running")
         run.supervisor.request_stop()
         time.sleep(0.3)  # the first stop alone must not end a job within its TTR
         assert run.thread.is_alive() and not run.collector.snapshot()

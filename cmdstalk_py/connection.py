@@ -97,11 +97,28 @@ class Client(greenstalk.Client[bytes]):
         except OSError:
             return False
 
+    # reserve, stats-job and the reply parsing below run between a job's reservation and
+    # the start of its command, once per job: each is greenstalk's in fewer Python calls
+    # (its reserve takes nine, through generic helpers; a call there costs microseconds,
+    # the interpreter's caches being cold after the command ran).
+
+    def reserve(self, timeout: int | None = None) -> greenstalk.Job[bytes]:
+        """greenstalk's ``reserve`` (same replies, same exceptions)."""
+        cmd = b"reserve" if timeout is None else b"reserve-with-timeout %d" % timeout
+        job_id, size = self._send_cmd(cmd, b"RESERVED")  # ValueError if not two values
+        return greenstalk.Job(int(job_id), self._read_chunk(int(size)))
+
     def stats_job(self, job: greenstalk.JobOrID[bytes]) -> greenstalk.StatsJob:
         """greenstalk's ``stats_job``, with ``parse_stats`` for the reply (see there)."""
         job_id = job.id if isinstance(job, greenstalk.Job) else job
-        size = self._int_cmd(b"stats-job %d" % job_id, b"OK")
-        return cast(greenstalk.StatsJob, parse_stats(self._read_chunk(size)))
+        (size,) = self._send_cmd(b"stats-job %d" % job_id, b"OK")
+        return cast(greenstalk.StatsJob, parse_stats(self._read_chunk(int(size))))
+
+    def _read_chunk(self, size: int) -> bytes:
+        data = self._lines.read(size + 2)
+        if len(data) != size + 2 or data[-2:] != b"\r\n":
+            raise ConnectionError("Unexpected EOF reading chunk")
+        return data[:-2]
 
     def _send_cmd(self, cmd: bytes, expected: bytes) -> list[bytes]:
         if self._in_flight is not None:
@@ -116,7 +133,13 @@ class Client(greenstalk.Client[bytes]):
             self._send(cmd + b"\r\n" + follow + b"\r\n")
         else:
             self._send(cmd + b"\r\n")
-        return greenstalk._parse_response(self._lines.readline(), expected)
+        line = self._lines.readline()
+        if line[-2:] == b"\r\n":
+            values = line.split()  # splitting on whitespace drops the CRLF too
+            if values and values[0] == expected:
+                return values[1:]
+        # An error reply, EOF or anything odd: greenstalk's parser raises what it means.
+        return greenstalk._parse_response(line, expected)
 
     def _send(self, data: bytes) -> None:
         try:

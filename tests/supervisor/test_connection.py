@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import greenstalk
@@ -18,7 +18,14 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cmdstalk_py.connection import Client, Connection, LineReader, parse_stats, set_io_timeout
+from cmdstalk_py.connection import (
+    CONNECTION_ERRORS,
+    Client,
+    Connection,
+    LineReader,
+    parse_stats,
+    set_io_timeout,
+)
 from tests.helpers import BeanstalkServer
 
 
@@ -172,3 +179,85 @@ def test_parse_stats_rejects_what_is_not_a_stats_reply() -> None:
     for body in (b"id: 1\n", b"---\nid 1\n"):
         with pytest.raises(ValueError):
             parse_stats(body)
+
+
+# -- reserve / stats-job / replies: greenstalk's results and exceptions, fewer calls --------
+
+
+def _outcome(step: Callable[[], object]) -> object:
+    """What a client call gave: its value, or the name of the exception it raised."""
+    try:
+        value = step()
+    except Exception as e:  # the exception is the result compared
+        return type(e).__name__
+    if isinstance(value, greenstalk.Job):
+        return ("job", value.id, value.body)
+    return value
+
+
+def _session(client: greenstalk.Client[bytes], tube: str) -> list[object]:
+    body = bytes(range(256)) + b"\r\nRESERVED 9 9\r\n"
+    steps: list[Callable[[], object]] = [
+        lambda: client.use(tube),
+        lambda: client.watch(tube),
+        lambda: client.ignore("default"),
+        lambda: client.reserve(timeout=0),  # TIMED_OUT
+        lambda: client.put(body, ttr=1) > 0,
+        lambda: client.reserve(timeout=0),
+        lambda: client.reserve(timeout=5),  # DEADLINE_SOON: that job's TTR ends within 1 s
+        lambda: client.stats_job(2**40)["id"],  # NOT_FOUND
+        lambda: client.delete(2**40),  # NOT_FOUND
+        lambda: client.put(b"", ttr=1) > 0,
+        lambda: client.reserve(),  # an empty body
+        lambda: sorted(client.stats_tube(tube).items())[:3],
+    ]
+    return [_outcome(step) for step in steps]
+
+
+def test_reserve_and_stats_job_give_what_greenstalk_gives(beanstalk: BeanstalkServer) -> None:
+    address = (beanstalk.host, beanstalk.port)
+    plain: greenstalk.Client[bytes] = greenstalk.Client(address, encoding=None)
+    sock = socket.create_connection(address, timeout=5)
+    ours = Client(sock, use="default", watch="default")
+    try:
+        theirs_seen = _session(plain, "same-a")
+        ours_seen = _session(ours, "same-b")
+    finally:
+        ours.close()
+        plain.close()
+    # Job ids differ between the two tubes' jobs; everything else must match.
+    strip = [(o[0], o[2]) if isinstance(o, tuple) and o[0] == "job" else o for o in ours_seen]
+    want = [(o[0], o[2]) if isinstance(o, tuple) and o[0] == "job" else o for o in theirs_seen]
+    assert strip == want
+    assert ours_seen[3] == "TimedOutError" and ours_seen[6] == "DeadlineSoonError"
+    assert ours_seen[7] == ours_seen[8] == "NotFoundError" and ours_seen[10][2] == b""  # type: ignore[index]
+    assert ours_seen[5][2].startswith(bytes(range(256)))  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (b"RESERVED 1 10\r\nabc", (ConnectionError, AssertionError)),  # EOF inside the body
+        (b"RESERVED 1 3\r\nabcXY", (ConnectionError, AssertionError)),  # no CRLF after it
+        (b"RESERVED 1\r\n", (ValueError,)),  # one number missing
+        (b"RESERVED x 1\r\n", (ValueError,)),
+        (b"HELLO 1 2\r\n", (greenstalk.UnknownResponseError,)),
+        (b"\r\n", (ValueError,)),
+        (b"RESERVED 1 3", (AssertionError,)),  # EOF before the CRLF
+        (b"", (ConnectionError,)),
+    ],
+)
+def test_a_broken_reserve_reply_raises_a_connection_error(
+    reply: bytes, error: tuple[type[BaseException], ...]
+) -> None:
+    near, far = socket.socketpair()
+    try:
+        far.sendall(reply)
+        far.shutdown(socket.SHUT_WR)
+        client = Client(near, use="default", watch="default")
+        with pytest.raises(CONNECTION_ERRORS) as raised:
+            client.reserve(timeout=0)
+        assert isinstance(raised.value, error)
+    finally:
+        near.close()
+        far.close()

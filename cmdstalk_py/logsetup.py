@@ -183,12 +183,14 @@ class LineHandler(logging.StreamHandler[TextIO]):
             line = formatter.render(
                 created, logging.getLevelName(level), name, msg, extras
             )
-            self.acquire()
-            try:
-                self.stream.write(line + self.terminator)
-                self.flush()
-            finally:
-                self.release()
+            # StreamHandler.emit's write and flush, with the lock taken once, not twice,
+            # and without the three Python-level calls around it.
+            lock = self.lock
+            assert lock is not None  # createLock() ran in Handler.__init__
+            with lock:
+                stream = self.stream
+                stream.write(line + self.terminator)
+                stream.flush()
         except RecursionError:  # as StreamHandler.emit
             raise
         except Exception:

@@ -80,14 +80,20 @@ class Observers(Observer):
                     "observer %r failed in %s", getattr(hook, "__self__", hook), name
                 )
 
+    # The per-job hooks (four calls per job) look before calling _each: without a metrics
+    # endpoint or an event log nobody listens, and a broker need not pay for the call.
+
     def job_finished(self, result: JobResult) -> None:
-        self._each("job_finished", result)
+        if self._hooks["job_finished"]:
+            self._each("job_finished", result)
 
     def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
-        self._each("broker_busy", tube, slot, busy)
+        if self._hooks["broker_busy"]:
+            self._each("broker_busy", tube, slot, busy)
 
     def reserve_waited(self, tube: str, seconds: float) -> None:
-        self._each("reserve_waited", tube, seconds)
+        if self._hooks["reserve_waited"]:
+            self._each("reserve_waited", tube, seconds)
 
     def reconnected(self, where: str, address: str) -> None:
         self._each("reconnected", where, address)

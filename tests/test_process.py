@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -516,3 +518,21 @@ def test_reap_orphans_with_only_live_children_reaps_nothing() -> None:
     wait_until(lambda: reap_orphans() >= 1 or not daemon.is_running(), timeout=10,
                message="the killed daemon to be reaped")
     assert_gone(daemon)
+
+
+def test_a_supervisor_with_stdio_closed_still_gives_the_command_its_pipes(tmp_path: Path) -> None:
+    # With 0, 1 and 2 closed, pipe ends land on 0-2 and are moved above 2 before the dup2
+    # onto the command's stdio (with other threads' fds interleaved, a dup2 could overwrite
+    # an end still to be duplicated); the command must get the right ends all the same.
+    out = tmp_path / "result"
+    script = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from cmdstalk_py.process import run_command\n"
+        "os.close(0); os.close(1); os.close(2)\n"
+        "r = run_command(['/bin/sh', '-c', 'cat; echo err >&2'], b'payload', {})\n"
+        f"fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT, 0o600)\n"
+        "os.write(fd, repr((r.exit_code, r.stdout_tail, r.stderr_tail)).encode())\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=30)
+    assert out.read_text() == repr((0, b"payload", b"err\n"))

@@ -13,7 +13,7 @@ import fcntl
 import os
 import signal
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Signals the command gets with default disposition even if the supervisor ignores them
 # (Python itself ignores SIGPIPE and SIGXFSZ; a caller might ignore SIGINT or SIGHUP).
@@ -31,9 +31,12 @@ _DEFAULT_SIGNALS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Spawned:
-    """A started command: its pid (also its process group and session id) and our pipe ends."""
+class Spawned(NamedTuple):
+    """A started command: its pid (also its process group and session id) and our pipe ends.
+
+    (A named tuple: made once per job, and a frozen dataclass's ``__init__`` costs a call
+    per field.)
+    """
 
     pid: int
     stdin: int  # write end
@@ -41,20 +44,17 @@ class Spawned:
     stderr: int  # read end
 
 
-def _above_stdio(fd: int) -> int:
-    """Move ``fd`` to 3 or above so dup2 onto 0-2 cannot clobber another pipe end."""
-    if fd > 2:
-        return fd
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-    os.close(fd)
-    return moved
+def _above_stdio(fds: list[int]) -> None:
+    """Move the fds below 3 to 3 or above, so dup2 onto 0-2 cannot clobber a pipe end.
+
+    In place, one at a time: whatever happens, ``fds`` lists exactly the fds open.
+    """
+    for i, fd in enumerate(fds):
+        if fd < 3:
+            fds[i] = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(fd)
 
 
-def _pipe() -> tuple[int, int]:
-    r, w = os.pipe()
-    if r < 3 or w < 3:  # only when the supervisor runs with 0/1/2 closed
-        return _above_stdio(r), _above_stdio(w)
-    return r, w
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
@@ -67,12 +67,15 @@ def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
         raise ValueError("empty command")
     fds: list[int] = []
     try:
-        in_r, in_w = _pipe()
+        in_r, in_w = os.pipe()
         fds += (in_r, in_w)
-        out_r, out_w = _pipe()
+        out_r, out_w = os.pipe()
         fds += (out_r, out_w)
-        err_r, err_w = _pipe()
+        err_r, err_w = os.pipe()
         fds += (err_r, err_w)
+        if min(fds) < 3:  # only when the supervisor runs with 0/1/2 closed
+            _above_stdio(fds)
+            in_r, in_w, out_r, out_w, err_r, err_w = fds
         actions = [
             (os.POSIX_SPAWN_DUP2, in_r, 0),
             (os.POSIX_SPAWN_DUP2, out_w, 1),

@@ -55,8 +55,6 @@ def _above_stdio(fds: list[int]) -> None:
             os.close(fd)
 
 
-
-
 def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
     """Start ``argv`` in a new session (its own process group), stdio on fresh pipes.
 

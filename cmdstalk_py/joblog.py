@@ -11,23 +11,15 @@ more than most of the rest of the job's handling.
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Callable
 
+from cmdstalk_py.events import signal_name
 from cmdstalk_py.logsetup import sole_line_handler
 from cmdstalk_py.observe import Observer
 from cmdstalk_py.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
 output_log = logging.getLogger("cmdstalk.output")
-
-
-def signal_name(signum: int) -> str:
-    """``SIGKILL`` for 9; ``signal 99`` for numbers without a name."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 class JobLog:

@@ -21,14 +21,17 @@ Two figures per worker kind and per-tube count:
 - paired: the same number of jobs fed in batches (pipelined puts, workers already
   running), each batch alternating with a batch of raw ``subprocess.run`` calls. The
   machine is shared and its load drifts within seconds; the paired ratio compares the two
-  under the same load, so it is the one to trust when the figures jump around. Its end
-  is found by polling stats-tube every millisecond, but only after 70 % of the previous
-  batch's time has passed quietly (polling throughout took ~10 % of a core from the
-  workers being measured). A batch has fixed costs the drain pays once: its puts compete
-  with the workers, the workers wake from an idle reserve, the poll sees the end late.
+  under the same load, so it is the one to trust when the figures jump around. A batch
+  has fixed costs the drain pays once: its puts compete with the workers, the workers
+  wake from an idle reserve, the poll sees the end late.
   At 50 jobs per batch they cost the queue side ~1.5 % (0.90 × raw against 0.91-0.92 at
   200, alternating runs in one session); at 200 (the default, ~0.5 s a batch at per-tube
   1) about a quarter of that, and a pair still spans about a second.
+
+Both find their end by polling stats-tube, sparingly (``next_poll``): each poll wakes
+beanstalkd and this process on the vCPU the measured chain mostly shares. A paired batch of
+200 takes ~12 polls (the last few jobs watched every millisecond); polling every millisecond
+after 70 % of the previous batch's time, as before, took ~150.
 
 For the CLI the drain runs also print its CPU time per job (every thread, from
 ``/proc/PID/task/*/schedstat``) next to the raw loop's own (``thread_time``): on this
@@ -77,7 +80,6 @@ TTR = 120
 UNPAUSE_AFTER = 1  # seconds the tube stays paused once workers watch (pause-tube unit)
 DRAIN_POLL = 0.01  # stats-tube polling while a full drain runs (seconds)
 BATCH_POLL = 0.001  # polling while a paired batch runs: batches are short
-QUIET_FRACTION = 0.7  # of the previous batch's time, waited before polling (see paired)
 WARMUP_JOBS = 20
 CLI_EXTRA_ARGS: list[str] = []  # --cli-arg, for experiments (e.g. --log-level=warning)
 
@@ -282,6 +284,22 @@ def cli_workers(
 # -- the queue side -----------------------------------------------------------------------
 
 
+#: Of the time the jobs left should take, the share slept before the next poll: under half,
+#: so a rate that doubles between polls is still not overshot.
+POLL_SHARE = 0.4
+
+
+def next_poll(left: int, per_job: float | None, poll: float) -> float:
+    """Seconds to sleep before polling again for ``left`` jobs at ``per_job`` s each.
+
+    ``POLL_SHARE`` of their expected time, never less than ``poll``: ~log(jobs) polls, then
+    one every ``poll`` for the last few jobs, where the end is seen at most ``poll`` late.
+    """
+    if per_job is None:
+        return poll
+    return max(poll, POLL_SHARE * left * per_job)
+
+
 class Queue:
     """One fresh tube: puts (pipelined on a raw socket) and stats-tube polling."""
 
@@ -328,12 +346,25 @@ class Queue:
             message=f"{workers} workers watching {self.tube}",
         )
 
-    def wait_deleted(self, count: int, poll: float, timeout: float = 600) -> None:
+    def wait_deleted(
+        self, count: int, poll: float, per_job: float | None = None, timeout: float = 600
+    ) -> None:
+        """Return once ``count`` jobs of the tube are deleted (seen late by ``poll`` or so).
+
+        Polls sparingly (see ``next_poll``): a stats-tube costs beanstalkd and this process
+        CPU taken from the chain being measured, which mostly shares one vCPU here.
+        ``per_job``: seconds a job is expected to take, until progress tells.
+        """
         deadline = time.perf_counter() + timeout
-        while self.deleted() < count:
-            if time.perf_counter() > deadline:
+        last_at, last_done = time.perf_counter(), self.deleted()
+        while last_done < count:
+            if last_at > deadline:
                 raise RuntimeError(f"{self.tube} not drained: {self.stats()}")
-            time.sleep(poll)
+            time.sleep(next_poll(count - last_done, per_job, poll))
+            now, done = time.perf_counter(), self.deleted()
+            if done > last_done:
+                per_job = (now - last_at) / (done - last_done)
+            last_at, last_done = now, done
 
     def check_all_deleted(self) -> None:
         stats = self.stats()
@@ -383,7 +414,7 @@ def paired(
     """
     queue = Queue(server)
     queue_time = raw_time = 0.0
-    last_queued = 0.0
+    last_per_job: float | None = None
     pair_ratios: list[float] = []
     try:
         with workers(server, queue.tube, count):
@@ -396,15 +427,10 @@ def paired(
                 raw = time_raw(size) if raw_first else 0.0
                 started = time.perf_counter()
                 queue.put(size)
-                # Polling stats-tube every millisecond costs the server and this process
-                # ~10 % of a core, taken from the workers on a 2-core machine: stay quiet
-                # for most of the time the previous batch took, then poll. A batch that
-                # beats QUIET_FRACTION of the previous one is measured as taking that long
-                # (slower, never faster, than it was).
-                time.sleep(QUIET_FRACTION * last_queued)
-                queue.wait_deleted(queue.put_total, BATCH_POLL)
+                # Expected per-job time: the previous batch's (polls stay sparse).
+                queue.wait_deleted(queue.put_total, BATCH_POLL, last_per_job)
                 queued = time.perf_counter() - started
-                last_queued = queued
+                last_per_job = queued / size
                 if not raw_first:
                     raw = time_raw(size)
                 queue_time += queued

@@ -1,0 +1,46 @@
+"""Smoke test of benchmarks/drain.py: a tiny run of every figure, and its polling policy."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.helpers import beanstalkd_path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "drain.py"
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("drain_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_polls_sparsely_until_the_last_jobs() -> None:
+    next_poll = load_bench().next_poll
+    assert next_poll(200, None, 0.001) == 0.001  # no rate known yet: the floor
+    assert next_poll(200, 0.003, 0.001) == pytest.approx(0.4 * 200 * 0.003)
+    assert next_poll(1, 0.003, 0.001) == pytest.approx(0.0012)
+    assert next_poll(1, 0.0001, 0.001) == 0.001  # never below the floor
+
+
+@pytest.mark.skipif(beanstalkd_path() is None, reason="beanstalkd not found")
+def test_tiny_run_prints_every_figure() -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--jobs", "40", "--batch", "20", "--repeat", "1",
+         "--modes", "cli,loop", "--per-tube", "1"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = out.stdout.split("medians over 1 round(s)")[1]
+    for name in ("cli/1 drain", "cli/1 paired", "loop/1 drain", "loop/1 paired"):
+        assert name in summary, out.stdout
+    assert "x raw, paired" in summary
+    assert "µs/job in the workers' process" in summary

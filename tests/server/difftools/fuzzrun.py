@@ -85,12 +85,13 @@ class UnitRun:
             self.conns[u.conn] = _open(self.target)
         conn = self.conns[u.conn]
         last = str(self.ids.last if self.ids.last is not None else 999).encode()
+        # Counted now, not inferred from ``blocked``: a put since may have handed a job
+        # to a parked reserve, which then no longer waits (it stays in ``blocked``).
+        waiting = int(self.hidden_stats()["current-waiting"]) if u.may_block else 0
         conn.send(u.data.replace(LAST_ID.encode(), last))
         for _ in range(u.replies):
             ev = conn.read(FIRST_LOOK)
-            if isinstance(ev, wire.Timeout) and u.may_block and self.waiting_is(
-                len(self.blocked) + 1
-            ):
+            if isinstance(ev, wire.Timeout) and u.may_block and self.waiting_is(waiting + 1):
                 self.blocked.add(u.conn)
                 self.transcript.append((str(u.conn), "<waiting>"))
                 return

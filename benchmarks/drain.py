@@ -293,7 +293,8 @@ def next_poll(left: int, per_job: float | None, poll: float) -> float:
     """Seconds to sleep before polling again for ``left`` jobs at ``per_job`` s each.
 
     ``POLL_SHARE`` of their expected time, never less than ``poll``: ~log(jobs) polls, then
-    one every ``poll`` for the last few jobs, where the end is seen at most ``poll`` late.
+    one every ``poll`` (or ``POLL_SHARE`` of a job's time) for the last few, so the end is
+    seen at most that late.
     """
     if per_job is None:
         return poll
@@ -349,7 +350,7 @@ class Queue:
     def wait_deleted(
         self, count: int, poll: float, per_job: float | None = None, timeout: float = 600
     ) -> None:
-        """Return once ``count`` jobs of the tube are deleted (seen late by ``poll`` or so).
+        """Return once ``count`` jobs of the tube are deleted (seen late by ~``poll``).
 
         Polls sparingly (see ``next_poll``): a stats-tube costs beanstalkd and this process
         CPU taken from the chain being measured, which mostly shares one vCPU here.

@@ -78,8 +78,8 @@ ARGV = [*SHELL, CMD]
 PAYLOAD = b'{"job": "drain benchmark", "pad": "' + b"x" * 40 + b'"}'
 TTR = 120
 UNPAUSE_AFTER = 1  # seconds the tube stays paused once workers watch (pause-tube unit)
-DRAIN_POLL = 0.01  # stats-tube polling while a full drain runs (seconds)
-BATCH_POLL = 0.001  # polling while a paired batch runs: batches are short
+DRAIN_POLL = 0.01  # shortest gap between stats-tube polls in a full drain (next_poll)
+BATCH_POLL = 0.001  # the same in a paired batch: batches are short
 WARMUP_JOBS = 20
 CLI_EXTRA_ARGS: list[str] = []  # --cli-arg, for experiments (e.g. --log-level=warning)
 

@@ -287,18 +287,57 @@ def cli_workers(
 #: Of the time the jobs left should take, the share slept before the next poll: under half,
 #: so a rate that doubles between polls is still not overshot.
 POLL_SHARE = 0.4
+#: Jobs that must have been seen done before their rate is trusted. A rate from one job is
+#: anything: the first job of a drain, seen 10 ms after the unpause, once made the wait
+#: sleep 4 s past a 3 s drain (reported as ~240 jobs/s instead of ~330).
+RATE_JOBS = 10
 
 
-def next_poll(left: int, per_job: float | None, poll: float) -> float:
+def next_poll(left: int, per_job: float | None, poll: float, watched: float) -> float:
     """Seconds to sleep before polling again for ``left`` jobs at ``per_job`` s each.
 
     ``POLL_SHARE`` of their expected time, never less than ``poll``: ~log(jobs) polls, then
     one every ``poll`` (or ``POLL_SHARE`` of a job's time) for the last few, so the end is
-    seen at most that late.
+    seen at most that late. Never more than ``watched``, the seconds the rate was measured
+    over (or the jobs waited for so far): a sleep at most doubles what has been seen, so a
+    wrong rate costs a few polls more, not a late end.
     """
     if per_job is None:
         return poll
-    return max(poll, POLL_SHARE * left * per_job)
+    return max(poll, min(POLL_SHARE * left * per_job, watched))
+
+
+class EndWatch:
+    """``wait_deleted``'s arithmetic, without the clock or the server: when to poll next
+    for ``count`` jobs, given each poll's time and the jobs done by then.
+
+    ``per_job``: seconds a job is expected to take, until the jobs seen done tell
+    (``RATE_JOBS`` of them, counted from the poll before the first that saw one).
+    """
+
+    def __init__(
+        self, count: int, poll: float, per_job: float | None, now: float, done: int
+    ) -> None:
+        self.count, self.poll, self.per_job = count, poll, per_job
+        self.last_at, self.last_done = now, done
+        self.since_at, self.since_done = now, done
+        self.progress = False
+
+    @property
+    def finished(self) -> bool:
+        return self.last_done >= self.count
+
+    def sleep(self) -> float:
+        left = self.count - self.last_done
+        return next_poll(left, self.per_job, self.poll, self.last_at - self.since_at)
+
+    def seen(self, now: float, done: int) -> None:
+        if done > self.last_done and not self.progress:
+            self.progress = True
+            self.since_at, self.since_done = self.last_at, self.last_done
+        if done - self.since_done >= RATE_JOBS:
+            self.per_job = (now - self.since_at) / (done - self.since_done)
+        self.last_at, self.last_done = now, done
 
 
 class Queue:
@@ -357,15 +396,12 @@ class Queue:
         ``per_job``: seconds a job is expected to take, until progress tells.
         """
         deadline = time.perf_counter() + timeout
-        last_at, last_done = time.perf_counter(), self.deleted()
-        while last_done < count:
-            if last_at > deadline:
+        watch = EndWatch(count, poll, per_job, time.perf_counter(), self.deleted())
+        while not watch.finished:
+            if watch.last_at > deadline:
                 raise RuntimeError(f"{self.tube} not drained: {self.stats()}")
-            time.sleep(next_poll(count - last_done, per_job, poll))
-            now, done = time.perf_counter(), self.deleted()
-            if done > last_done:
-                per_job = (now - last_at) / (done - last_done)
-            last_at, last_done = now, done
+            time.sleep(watch.sleep())
+            watch.seen(time.perf_counter(), self.deleted())
 
     def check_all_deleted(self) -> None:
         stats = self.stats()

@@ -25,10 +25,32 @@ def load_bench() -> ModuleType:
 
 def test_polls_sparsely_until_the_last_jobs() -> None:
     next_poll = load_bench().next_poll
-    assert next_poll(200, None, 0.001) == 0.001  # no rate known yet: the floor
-    assert next_poll(200, 0.003, 0.001) == pytest.approx(0.4 * 200 * 0.003)
-    assert next_poll(1, 0.003, 0.001) == pytest.approx(0.0012)
-    assert next_poll(1, 0.0001, 0.001) == 0.001  # never below the floor
+    assert next_poll(200, None, 0.001, 1.0) == 0.001  # no rate known yet: the floor
+    assert next_poll(200, 0.003, 0.001, 1.0) == pytest.approx(0.4 * 200 * 0.003)
+    assert next_poll(1, 0.003, 0.001, 1.0) == pytest.approx(0.0012)
+    assert next_poll(1, 0.0001, 0.001, 1.0) == 0.001  # never below the floor
+    # A rate measured over 30 ms is not slept on for a second: at most what was watched.
+    assert next_poll(990, 0.003, 0.01, 0.03) == pytest.approx(0.03)
+    assert next_poll(990, 0.003, 0.01, 0.0) == 0.01
+
+
+def test_a_rate_from_one_job_does_not_oversleep_the_end() -> None:
+    """A drain of 1000 jobs at 3 ms each whose first job is seen 10 ms after the clock
+    started (the drain's first poll after the unpause often sees just that one)."""
+    per_job, count, first = 0.003, 1000, 0.010
+
+    def done_at(t: float) -> int:
+        return 0 if t < first else min(count, 1 + int((t - first) / per_job))
+
+    watch = load_bench().EndWatch(count, 0.01, None, 0.0, 0)
+    now, polls = 0.0, 0
+    while not watch.finished:
+        now += watch.sleep()
+        watch.seen(now, done_at(now))
+        polls += 1
+    end = first + (count - 1) * per_job
+    assert end <= now < 1.02 * end  # seen late by under 2 %
+    assert polls < 30  # and still sparingly
 
 
 @pytest.mark.skipif(beanstalkd_path() is None, reason="beanstalkd not found")

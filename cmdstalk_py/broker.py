@@ -37,7 +37,13 @@ from cmdstalk_py.connection import CONNECTION_ERRORS, Client, Connection, Stoppe
 from cmdstalk_py.joblog import JobLog
 from cmdstalk_py.observe import Observer
 from cmdstalk_py.policy import Decision, decide, kill_schedule, precheck
-from cmdstalk_py.process import KillReason, ProcessResult, run_command
+from cmdstalk_py.process import (
+    KillReason,
+    ProcessResult,
+    batch_thread,
+    restore_thread,
+    run_command,
+)
 from cmdstalk_py.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
@@ -136,6 +142,9 @@ class Broker:
     ) -> int:
         """Handle jobs until ``stop_event`` is set, ``max_jobs`` are done, the shared budget
         is spent, or no job came for ``idle_timeout`` seconds. Returns the number of jobs.
+
+        With ``config.batch_scheduling`` the calling thread runs under ``SCHED_BATCH``
+        until this returns (``process/sched.py``: it then gives way to its commands).
         """
         if stop_event is not None:
             self._stop = stop_event
@@ -143,6 +152,7 @@ class Broker:
         done = 0
         self._idle_since = time.monotonic()
         self._observer.broker_busy(self.tube, self.slot, False)
+        batch = self.config.batch_scheduling and batch_thread()
         try:
             # Connect before anything else, even before waiting for a --max-jobs ticket:
             # readiness (READY=1 to systemd) means "every broker is connected", and a broker
@@ -179,6 +189,8 @@ class Broker:
             pass  # stopped while connecting
         finally:
             self.close()
+            if batch:
+                restore_thread()
         return done
 
     def close(self) -> None:

@@ -192,6 +192,13 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     "seconds (default: let each run to its TTR deadline).",
 )
 @_option(
+    "--batch-scheduling/--no-batch-scheduling",
+    env="BATCH_SCHEDULING",
+    default=True,
+    help="Run the brokers under SCHED_BATCH (Linux): they never preempt the commands "
+    "they start, which keep the supervisor's own policy.",
+)
+@_option(
     "--embedded/--no-embedded",
     env="EMBEDDED",
     default=False,
@@ -284,6 +291,7 @@ def command(
     bury_exit_codes: frozenset[int],
     max_jobs: int | None,
     shutdown_timeout: float | None,
+    batch_scheduling: bool,
     embedded: bool,
     embedded_max_job_size: int | None,
     binlog: str | None,
@@ -320,6 +328,7 @@ def command(
         bury_exit_codes=bury_exit_codes,
         max_jobs=max_jobs,
         shutdown_timeout=shutdown_timeout,
+        batch_scheduling=batch_scheduling,
     )
     extras = Extras(
         embedded=embedded,

@@ -15,6 +15,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from cmdstalk_py.process.sched import spawn_options
+
 # Signals the command gets with default disposition even if the supervisor ignores them
 # (Python itself ignores SIGPIPE and SIGXFSZ; a caller might ignore SIGINT or SIGHUP).
 # Handled signals are reset by exec anyway; ignored ones would be inherited.
@@ -88,6 +90,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
             setsid=True,
             setsigdef=_DEFAULT_SIGNALS,
             setsigmask=(),
+            **spawn_options(),  # SCHED_OTHER back if this thread runs SCHED_BATCH
         )
     except BaseException:
         for fd in fds:

@@ -11,9 +11,9 @@ in its way. Measured on the drain benchmark (2 vCPUs, per-tube 1, alternating wi
 without): 3-7 % more jobs/s in four runs, ~0.7 fewer voluntary context switches and up to
 10 % less supervisor CPU per job; per-tube 4 unchanged.
 
-The CPU share is not touched (nice stays as it is), and so is nothing an administrator
-chose: only a thread running ``SCHED_OTHER`` is switched, and the commands it spawns get
-that policy back instead of inheriting the thread's (``spawn_options``). Linux only; a
+The CPU share does not change (nice stays as it is) and nothing an administrator chose is
+overridden: only a thread running ``SCHED_OTHER`` is switched, and the commands it spawns
+get that policy back instead of inheriting the thread's (``spawn_options``). Linux only; a
 refusal (or another platform) leaves the thread as it was.
 """
 

@@ -30,8 +30,9 @@ Two figures per worker kind and per-tube count:
 
 Both find their end by polling stats-tube, sparingly (``next_poll``): each poll wakes
 beanstalkd and this process on the vCPU the measured chain mostly shares. A paired batch of
-200 takes ~12 polls (the last few jobs watched every millisecond); polling every millisecond
-after 70 % of the previous batch's time, as before, took ~150.
+200 takes ~20 polls (sleeps doubling from the start, then shrinking towards the end, the
+last few jobs watched every millisecond), a drain of 2000 about as many; polling every
+millisecond after 70 % of the previous batch's time, as in the fifth session, took ~150.
 
 For the CLI the drain runs also print its CPU time per job (every thread, from
 ``/proc/PID/task/*/schedstat``) next to the raw loop's own (``thread_time``): on this

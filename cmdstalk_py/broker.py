@@ -143,8 +143,9 @@ class Broker:
         """Handle jobs until ``stop_event`` is set, ``max_jobs`` are done, the shared budget
         is spent, or no job came for ``idle_timeout`` seconds. Returns the number of jobs.
 
-        With ``config.batch_scheduling`` the calling thread runs under ``SCHED_BATCH``
-        until this returns (``process/sched.py``: it then gives way to its commands).
+        With ``config.batch_scheduling`` and a single broker (``config.single_broker``) the
+        calling thread runs under ``SCHED_BATCH`` until this returns (``process/sched.py``:
+        it then gives way to its commands).
         """
         if stop_event is not None:
             self._stop = stop_event
@@ -152,7 +153,7 @@ class Broker:
         done = 0
         self._idle_since = time.monotonic()
         self._observer.broker_busy(self.tube, self.slot, False)
-        batch = self.config.batch_scheduling and batch_thread()
+        batch = self.config.batch_scheduling and self.config.single_broker and batch_thread()
         try:
             # Connect before anything else, even before waiting for a --max-jobs ticket:
             # readiness (READY=1 to systemd) means "every broker is connected", and a broker

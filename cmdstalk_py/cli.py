@@ -195,8 +195,9 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     "--batch-scheduling/--no-batch-scheduling",
     env="BATCH_SCHEDULING",
     default=True,
-    help="Run the brokers under SCHED_BATCH (Linux): they never preempt the commands "
-    "they start, which keep the supervisor's own policy.",
+    help="With a single broker (one tube, --per-tube 1, no --all), run it under "
+    "SCHED_BATCH (Linux): it never preempts the commands it starts, which keep the "
+    "supervisor's own policy.",
 )
 @_option(
     "--embedded/--no-embedded",

@@ -47,13 +47,18 @@ class Config:
     tail_bytes: int = 4096  # stdout/stderr kept for the job result
     io_timeout: float = 30.0  # a server silent this long is treated as gone
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
-    batch_scheduling: bool = True  # brokers under SCHED_BATCH (process/sched.py)
+    batch_scheduling: bool = True  # a single broker under SCHED_BATCH (process/sched.py)
 
     @property
     def address(self) -> str:
         """``host:port`` as given on the command line (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def single_broker(self) -> bool:
+        """One tube, one broker: the only case where ``batch_scheduling`` applies."""
+        return not self.all_tubes and len(self.tubes) == 1 and self.per_tube == 1
 
     def argv(self) -> list[str]:
         """The argv a job runs: the shell words followed by the command (Go: bash -c CMD)."""

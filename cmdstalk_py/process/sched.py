@@ -1,4 +1,4 @@
-"""Broker threads under ``SCHED_BATCH``: they give way to the commands they start.
+"""A lone broker thread under ``SCHED_BATCH``: it gives way to the commands it starts.
 
 A broker and the command it just started usually share a CPU (the child starts where its
 parent runs). Under ``SCHED_OTHER`` every wakeup of the broker preempts whatever runs
@@ -9,7 +9,12 @@ runs when the running task blocks or its slice ends (a few milliseconds at most)
 bookkeeping happens while the command waits (for its own children, for I/O) instead of
 in its way. Measured on the drain benchmark (2 vCPUs, per-tube 1, alternating with and
 without): 3-7 % more jobs/s in four runs, ~0.7 fewer voluntary context switches and up to
-10 % less supervisor CPU per job; per-tube 4 unchanged.
+10 % less supervisor CPU per job.
+
+Only for a single broker (``Config.single_broker``; the broker decides). With several, a
+woken broker usually finds *another* broker's command on its CPU and waits behind it, and
+their pipelines stall: measured 15 % fewer jobs/s at per-tube 2 (8 % with the policy held
+only from the spawn to the command's start), 6 % fewer at per-tube 6, none at per-tube 4.
 
 The CPU share does not change (nice stays as it is) and nothing an administrator chose is
 overridden: only a thread running ``SCHED_OTHER`` is switched, and the commands it spawns

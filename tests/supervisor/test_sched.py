@@ -79,13 +79,20 @@ def policies(output: str) -> tuple[dict[int, int], int]:
 
 
 def run_broker_once(
-    beanstalk: BeanstalkServer, tube: str, batch: bool, before: Callable[[], None] | None = None
+    beanstalk: BeanstalkServer,
+    tube: str,
+    batch: bool,
+    before: Callable[[], None] | None = None,
+    per_tube: int = 1,
 ) -> tuple[int, dict[int, int], int]:
     """One job through ``Broker.run`` on a new thread: (thread id, threads' policies while
     the command ran, the command's policy)."""
     beanstalk.client(use=tube).put(b"x", ttr=30)
     seen = Collector()
-    broker = Broker(config_for(beanstalk, REPORT_POLICIES, batch_scheduling=batch), tube, 0, seen)
+    config = config_for(
+        beanstalk, REPORT_POLICIES, tubes=(tube,), per_tube=per_tube, batch_scheduling=batch
+    )
+    broker = Broker(config, tube, 0, seen)
 
     def body() -> int:
         if before is not None:
@@ -109,6 +116,11 @@ def test_a_broker_runs_batch_and_its_command_does_not(beanstalk: BeanstalkServer
 
 def test_no_batch_scheduling_leaves_the_broker_alone(beanstalk: BeanstalkServer) -> None:
     tid, threads, own = run_broker_once(beanstalk, "sched-off", batch=False)
+    assert (threads[tid], own) == (os.SCHED_OTHER, os.SCHED_OTHER)
+
+
+def test_brokers_that_are_not_alone_are_left_alone(beanstalk: BeanstalkServer) -> None:
+    tid, threads, own = run_broker_once(beanstalk, "sched-crowd", batch=True, per_tube=2)
     assert (threads[tid], own) == (os.SCHED_OTHER, os.SCHED_OTHER)
 
 

@@ -201,8 +201,8 @@ def broker_workers(
 
     Tells the cost of the broker apart from that of the CLI process around it.
     """
-    from cmdstalk_py.broker import Broker
-    from cmdstalk_py.config import Config
+    from cmdstalk_py.supervisor.broker import Broker
+    from cmdstalk_py.supervisor.config import Config
 
     config = Config(cmd=CMD, host=server.host, port=server.port, tubes=(tube,))
     stop = threading.Event()
@@ -214,7 +214,7 @@ def broker_workers(
 def cli_argv(profile_to: Path | None = None) -> list[str]:
     """The cmdstalk CLI; with ``profile_to``, every thread of it runs under cProfile."""
     if profile_to is None:
-        return [sys.executable, "-c", "from cmdstalk_py.cli import main; main()"]
+        return [sys.executable, "-c", "from cmdstalk_py.supervisor.cli import main; main()"]
     return [sys.executable, "-c", _PROFILED_CLI.format(path=str(profile_to))]
 
 
@@ -241,7 +241,7 @@ def dump():
     stats.dump_stats({path!r})
 atexit.register(dump)
 profilers[0].enable()
-from cmdstalk_py.cli import main
+from cmdstalk_py.supervisor.cli import main
 main()
 """
 

@@ -25,12 +25,12 @@ sys.path.insert(0, str(ROOT))
 
 import greenstalk  # noqa: E402
 
-from cmdstalk_py.config import Config  # noqa: E402
-from cmdstalk_py.logsetup import configure_logging  # noqa: E402
-from cmdstalk_py.observe import Observer  # noqa: E402
-from cmdstalk_py.results import JobResult, Outcome  # noqa: E402
+from cmdstalk_py.ops.logsetup import configure_logging  # noqa: E402
+from cmdstalk_py.ops.observers import Observer  # noqa: E402
 from cmdstalk_py.server.embedded import EmbeddedServer  # noqa: E402
-from cmdstalk_py.supervisor import Supervisor  # noqa: E402
+from cmdstalk_py.supervisor.config import Config  # noqa: E402
+from cmdstalk_py.supervisor.lifecycle import Supervisor  # noqa: E402
+from cmdstalk_py.supervisor.results import JobResult, Outcome  # noqa: E402
 
 WORKERS = ROOT / "examples" / "workers"
 # (tube = worker file, payload, ttr, what should become of it)

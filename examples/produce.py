@@ -15,7 +15,7 @@ import sys
 
 import greenstalk
 
-from cmdstalk_py import config
+from cmdstalk_py.supervisor import config
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -23,7 +23,7 @@ def imported_modules(code: str) -> set[str]:
     "code",
     [
         # What `cmdstalk --help` loads: the CLI module with all its options.
-        "import cmdstalk_py.cli, cmdstalk_py.serve",
+        "import cmdstalk_py.supervisor.cli, cmdstalk_py.supervisor.wiring",
         # What `cmdstalk-server` loads before it serves.
         "import cmdstalk_py.server.cli, cmdstalk_py.server.run",
     ],

@@ -7,14 +7,12 @@ bookkeeping (payload, the last job's log line), and each reply from the server p
 the server before it is done. A ``SCHED_BATCH`` thread is never woken *into* the CPU: it
 runs when the running task blocks or its slice ends (a few milliseconds at most), so the
 bookkeeping happens while the command waits (for its own children, for I/O) instead of
-in its way. Measured on the drain benchmark (2 vCPUs, per-tube 1, alternating with and
-without): 3-7 % more jobs/s in four runs, ~0.7 fewer voluntary context switches and up to
-10 % less supervisor CPU per job.
+in its way.
 
-Only for a single broker (``Config.single_broker``; the broker decides). With several, a
-woken broker usually finds *another* broker's command on its CPU and waits behind it, and
-their pipelines stall: measured 15 % fewer jobs/s at per-tube 2 (8 % with the policy held
-only from the spawn to the command's start), 6 % fewer at per-tube 6, none at per-tube 4.
+Opt-in (``--batch-scheduling``), and only for a single broker (``Config.single_broker``;
+the broker decides): with several, a woken broker usually finds *another* broker's command
+on its CPU and waits behind it, and their pipelines stall. The gain and the loss were
+measured on one 2-vCPU VM only (``benchmarks/README.md``), so it is not the default.
 
 The CPU share does not change (nice stays as it is) and nothing an administrator chose is
 overridden: only a thread running ``SCHED_OTHER`` is switched, and the commands it spawns

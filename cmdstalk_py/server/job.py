@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from cmdstalk_py.server.tube import Tube
 
 
-class State(enum.Enum):
+class JobState(enum.Enum):
     """Where a job is in its lifecycle (docs §5.1)."""
 
     READY = "ready"
@@ -21,11 +21,11 @@ class State(enum.Enum):
     DELETED = "deleted"
 
 
-READY = State.READY
-DELAYED = State.DELAYED
-RESERVED = State.RESERVED
-BURIED = State.BURIED
-DELETED = State.DELETED
+READY = JobState.READY
+DELAYED = JobState.DELAYED
+RESERVED = JobState.RESERVED
+BURIED = JobState.BURIED
+DELETED = JobState.DELETED
 
 
 class Job:

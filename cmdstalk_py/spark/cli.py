@@ -256,8 +256,8 @@ def drain_cmd(
     """
     import datetime as dt
 
-    from cmdstalk_py import config as cfg
     from cmdstalk_py.spark.drain import drain
+    from cmdstalk_py.supervisor import config as cfg
 
     try:
         host, port = cfg.parse_address(address)

@@ -1,10 +1,10 @@
 """Drain tubes on Spark: brokers run as Spark tasks, results come back as event-log rows.
 
-Each Spark task runs one or more ``cmdstalk_py.broker.Broker`` threads, the very code the
+Each Spark task runs one or more ``cmdstalk_py.supervisor.broker.Broker`` threads, the very code the
 ``cmdstalk`` supervisor runs, so reservation, the command's environment, TTR kills,
 backoff and bury rules are exactly the supervisor's. A broker stops when its tube has had
 no job for ``idle_timeout`` seconds, or when it has handled its share of ``max_jobs``.
-Every ``JobResult`` becomes one event-log line (``cmdstalk_py.events.event_record``, with
+Every ``JobResult`` becomes one event-log line (``cmdstalk_py.ops.eventlog.event_record``, with
 the executor's hostname and the Python worker's pid), and the driver appends them all to
 one JSON-lines file: the same schema ``cmdstalk --events`` writes and ``report`` reads.
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.config import Config
-from cmdstalk_py.events import encode_line, event_record
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult
+from cmdstalk_py.ops.eventlog import encode_line, event_record
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.results import JobResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

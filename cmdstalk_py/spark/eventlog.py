@@ -1,6 +1,6 @@
 """Reading the supervisor's event log (schema v1) into Spark with a fixed schema.
 
-The schema is the contract in the README's "Event log" section (cmdstalk_py/events.py writes
+The schema is the contract in the README's "Event log" section (cmdstalk_py/ops/eventlog.py writes
 it). It is never inferred: inference over thousands of files is slow, and a log whose first
 lines happen to have only null exit codes would infer the wrong type. Lines that are not
 valid JSON objects, or carry another schema version, are counted and left out.
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 CORRUPT = "_corrupt_record"
-# Outcome words, as cmdstalk_py.results.Outcome spells them.
+# Outcome words, as cmdstalk_py.supervisor.results.Outcome spells them.
 DELETED = "deleted"
 RELEASED = "released"
 BURIED = ("buried", "precheck_buried")

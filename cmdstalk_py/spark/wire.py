@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 from types import TracebackType
 
-from cmdstalk_py import config
+from cmdstalk_py.supervisor import config
 
 DEFAULT_PORT = 11300
 MAX_U32 = 2**32 - 1

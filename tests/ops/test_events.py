@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cmdstalk_py.events import EventLog, bounded_tail, event_record, install_sighup_reopen
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.ops.eventlog import EventLog, bounded_tail, event_record, install_sighup_reopen
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 SCHEMA_KEYS = [
     "schema", "start", "end", "duration_ms", "hostname", "pid", "tube", "slot", "job_id",

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.joblog import JobLog
-from cmdstalk_py.logsetup import (
+from cmdstalk_py.ops.logsetup import (
     LineHandler,
     configure_logging,
     iso_utc,
@@ -23,8 +22,9 @@ from cmdstalk_py.logsetup import (
     make_formatter,
     sole_line_handler,
 )
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.joblog import JobLog
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 BROKER_EXTRA = {"tube": "mail", "slot": 2, "job_id": 17, "event": "deleted"}
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

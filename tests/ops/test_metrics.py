@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cmdstalk_py.metrics import MetricsExporter, parse_hostport, start_metrics
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.ops.metrics import MetricsExporter, parse_hostport, start_metrics
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, free_port, running_beanstalkd, wait_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cmdstalk_py.notify import SystemdNotifier
+from cmdstalk_py.ops.systemd import SystemdNotifier
 
 
 class FakeClock:

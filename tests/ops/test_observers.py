@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cmdstalk_py.observe import Observer, Observers
+from cmdstalk_py.ops.observers import Observer, Observers
 
 
 class Counting(Observer):

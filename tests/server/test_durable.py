@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from cmdstalk_py.server.embedded import EmbeddedServer
-from tests.binlog.faults import FaultyOps
 from tests.helpers import free_port, wait_until
+from tests.server.binlog.faults import FaultyOps
 from tests.server.durable_procs import KINDS, SERVER, Conn, server
 
 # ------------------------------------------------------------------ restart scenario

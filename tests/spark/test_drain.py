@@ -116,8 +116,8 @@ def test_drain_handles_every_job_like_cmdstalk(
 
 @pytest.mark.spark
 def test_drain_stops_at_max_jobs(spark: SparkSession, beanstalk: BeanstalkServer) -> None:
-    from cmdstalk_py.config import Config
     from cmdstalk_py.spark.drain import drain
+    from cmdstalk_py.supervisor.config import Config
 
     client = beanstalk.client(use="many")
     for i in range(12):

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from click.testing import CliRunner
 
-from cmdstalk_py.events import encode_line, event_record
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.ops.eventlog import encode_line, event_record
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

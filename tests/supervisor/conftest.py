@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.config import Config
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult, Outcome
-from cmdstalk_py.supervisor import Supervisor
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.lifecycle import Supervisor
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

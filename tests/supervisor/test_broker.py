@@ -9,9 +9,9 @@ from pathlib import Path
 import greenstalk
 import pytest
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.budget import JobBudget
-from cmdstalk_py.results import Outcome
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for, run_one
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cmdstalk_py.config import (
+from cmdstalk_py.supervisor.config import (
     Config,
     parse_address,
     parse_exit_codes,

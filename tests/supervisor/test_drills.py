@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.results import Outcome
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for, read_events, run_one, start_cmdstalk
 

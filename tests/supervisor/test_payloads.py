@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.results import Outcome
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, running_beanstalkd
 from tests.supervisor.conftest import config_for, run_one
 

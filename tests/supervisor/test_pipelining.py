@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import greenstalk
 import pytest
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.connection import Client
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.client.connection import Client
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.policy import (
+from cmdstalk_py.supervisor.policy import (
     MAX_DELAY,
     Decision,
     backoff_delay,
@@ -14,7 +14,7 @@ from cmdstalk_py.policy import (
     kill_schedule,
     precheck,
 )
-from cmdstalk_py.results import Outcome
+from cmdstalk_py.supervisor.results import Outcome
 
 
 def _decide(exit_code: int | None, releases: int = 0, **kw: object) -> Decision:

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from cmdstalk_py.broker import Broker
 from cmdstalk_py.process import batch_thread, restore_thread
 from cmdstalk_py.process.sched import spawn_options
-from cmdstalk_py.results import Outcome
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer
 from tests.supervisor.conftest import Collector, config_for
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import greenstalk
 import pytest
 
-from cmdstalk_py.results import Outcome
-from cmdstalk_py.supervisor import State, Supervisor
+from cmdstalk_py.supervisor.lifecycle import Supervisor, SupervisorState
+from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until
 from tests.supervisor.conftest import Collector, config_for, supervising
 
@@ -80,7 +80,7 @@ def test_graceful_stop_lets_running_jobs_finish(beanstalk: BeanstalkServer) -> N
         assert not run.thread.is_alive()
         results = run.collector.snapshot()
         assert [(r.outcome, r.stdout_tail) for r in results] == [(Outcome.DELETED, "done\n")] * 2
-        assert run.supervisor.state is State.STOPPED
+        assert run.supervisor.state is SupervisorState.STOPPED
         assert run.collector.stopping_calls == 1 and run.collector.closed
         assert run.collector.heartbeats >= 1
     stats = producer.stats_tube("grace")
@@ -164,14 +164,14 @@ def test_ready_waits_for_the_server(tmp_path: object) -> None:
 
     port = free_port()
     collector = Collector()
-    from cmdstalk_py.config import Config
+    from cmdstalk_py.supervisor.config import Config
 
     sup = Supervisor(Config(cmd="true", port=port, reconnect_max_wait=0.2), collector)
     thread = threading.Thread(target=sup.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
         time.sleep(0.3)  # the absence of READY cannot be polled for
-        assert collector.ready_calls == 0 and sup.state is State.STARTING
+        assert collector.ready_calls == 0 and sup.state is SupervisorState.STARTING
         with running_beanstalkd(port=port) as server:
             wait_until(lambda: collector.ready_calls == 1, 10, message="READY")
             job_id = server.client().put(b"", ttr=30)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cmdstalk_py.events import signal_name
-from cmdstalk_py.logsetup import sole_line_handler
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.ops.eventlog import signal_name
+from cmdstalk_py.ops.logsetup import sole_line_handler
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
 output_log = logging.getLogger("cmdstalk.output")

@@ -20,23 +20,16 @@ there. A report never waits longer: a broker whose next job is not there within
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Protocol, cast
+from collections.abc import Mapping
 
 import greenstalk
 
-from cmdstalk_py.budget import JobBudget
-from cmdstalk_py.config import Config
-from cmdstalk_py.connection import CONNECTION_ERRORS, Client, Connection, Stopped
-from cmdstalk_py.joblog import JobLog
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.policy import Decision, decide, kill_schedule, precheck
+from cmdstalk_py.client.connection import CONNECTION_ERRORS, Client, HealingConnection, Stopped
+from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import (
     KillReason,
     ProcessResult,
@@ -44,33 +37,17 @@ from cmdstalk_py.process import (
     restore_thread,
     run_command,
 )
-from cmdstalk_py.results import JobResult, Outcome
+from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.jobenv import job_environment
+from cmdstalk_py.supervisor.joblog import JobLog
+from cmdstalk_py.supervisor.policy import Decision, decide, kill_schedule, precheck
+from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
 
 Job = greenstalk.Job[bytes]
 
-
-class _Digest(Protocol):
-    def hexdigest(self) -> str: ...
-
-
-def _builtin_sha256() -> Callable[[bytes], _Digest]:
-    """CPython's own SHA-256 (``_sha2``, ``_sha256`` before 3.12), else hashlib's.
-
-    Same digest; but hashlib's default is OpenSSL's, and measured where a broker computes
-    the key (just before spawning, the caches full of the last job's exec) it took ~28 µs
-    against ~9 µs: OpenSSL sets up a digest context through several layers each time.
-    """
-    for name in ("_sha2", "_sha256"):
-        try:
-            return cast(Callable[[bytes], _Digest], importlib.import_module(name).sha256)
-        except (ImportError, AttributeError):
-            continue
-    return hashlib.sha256
-
-
-_sha256 = _builtin_sha256()
 
 #: Seconds a finished job's report may wait for the next job (normally it is a round trip
 #: away: the reserve went out with the delete); after that the broker reports, then waits.
@@ -111,7 +88,7 @@ class Broker:
         self._argv = config.argv()
         self._env = dict(os.environ if environ is None else environ)
         self._joblog = JobLog(tube, slot, self._observer)
-        self.connection = Connection(
+        self.connection = HealingConnection(
             config.host,
             config.port,
             where=self.where,
@@ -358,20 +335,7 @@ class Broker:
 
     def _run(self, job: Job, stats: greenstalk.StatsJob, reserved_at: float) -> ProcessResult:
         plan = kill_schedule(stats["ttr"], self.config.ttr_margin, self.config.kill_grace)
-        env = {
-            **self._env,
-            "CMDSTALK_JOB_ID": str(job.id),
-            "CMDSTALK_TUBE": self.tube,
-            "CMDSTALK_PRIORITY": str(stats["pri"]),
-            "CMDSTALK_TTR": str(stats["ttr"]),
-            "CMDSTALK_RELEASES": str(stats["releases"]),
-            "CMDSTALK_TIMEOUTS": str(stats["timeouts"]),
-            "CMDSTALK_RESERVES": str(stats["reserves"]),
-            "CMDSTALK_AGE": str(stats["age"]),
-            # For at-least-once producers: a retried put re-sends the same bytes, so
-            # duplicates share the key (the same string as spark's with_idempotency_key).
-            "CMDSTALK_IDEMPOTENCY_KEY": "sha256:" + _sha256(job.body).hexdigest(),
-        }
+        env = job_environment(self._env, job.id, self.tube, stats, job.body)
         self._observer.broker_busy(self.tube, self.slot, True)
         try:
             return run_command(

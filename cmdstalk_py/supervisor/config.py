@@ -47,7 +47,7 @@ class Config:
     tail_bytes: int = 4096  # stdout/stderr kept for the job result
     io_timeout: float = 30.0  # a server silent this long is treated as gone
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
-    batch_scheduling: bool = True  # a single broker under SCHED_BATCH (process/sched.py)
+    batch_scheduling: bool = False  # opt-in: a single broker under SCHED_BATCH (process/sched.py)
 
     @property
     def address(self) -> str:

@@ -10,8 +10,8 @@ import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogClosedError, BinlogOptions
 from cmdstalk_py.server.binlog.log import LAZY_SYNC
-from tests.binlog.faults import FaultyOps
-from tests.binlog.model import Model, make_job
+from tests.server.binlog.faults import FaultyOps
+from tests.server.binlog.model import Model, make_job
 
 
 def open_counting(path: Path, fsync_ms: int | None) -> tuple[Binlog, FaultyOps, Model]:

@@ -1,6 +1,6 @@
 """Wiring around the supervisor: logging, observers, the embedded server, subreaping.
 
-``serve(config, extras)`` is what ``cmdstalk`` runs once its arguments are parsed: it sets
+``run_supervisor(config, extras)`` is what ``cmdstalk`` runs once its arguments are parsed: it sets
 up logging, the event log (reopened on SIGHUP), metrics and systemd notification as
 observers, starts the bundled server for ``--embedded``, and runs a ``Supervisor`` until it
 stops. Bad ``--events`` / ``--metrics`` values become click usage errors (exit 2).
@@ -18,13 +18,13 @@ from typing import Any
 import click
 
 from cmdstalk_py import __version__
-from cmdstalk_py.config import Config
-from cmdstalk_py.events import EventLog
-from cmdstalk_py.logsetup import configure_logging, lean_records
-from cmdstalk_py.notify import SystemdNotifier
-from cmdstalk_py.observe import Observers
+from cmdstalk_py.ops.eventlog import EventLog
+from cmdstalk_py.ops.logsetup import configure_logging, lean_records
+from cmdstalk_py.ops.observers import Observers
+from cmdstalk_py.ops.systemd import SystemdNotifier
 from cmdstalk_py.process import set_child_subreaper
-from cmdstalk_py.supervisor import Supervisor
+from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.lifecycle import Supervisor
 
 log = logging.getLogger("cmdstalk")
 
@@ -45,7 +45,7 @@ class Extras:
     metrics: str | None = None
 
 
-def serve(config: Config, extras: Extras) -> int:
+def run_supervisor(config: Config, extras: Extras) -> int:
     """Run the supervisor with logging, observers and (optionally) the embedded server."""
     configure_logging(extras.log_format, extras.log_level)
     lean_records()
@@ -68,7 +68,7 @@ def serve(config: Config, extras: Extras) -> int:
         reap = set_child_subreaper() or os.getpid() == 1
         supervisor = Supervisor(config, observers, on_hup=on_hup, reap_orphans=reap)
         if extras.metrics is not None:
-            from cmdstalk_py.metrics import start_metrics  # imports prometheus_client
+            from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client
 
             try:
                 observers.add(

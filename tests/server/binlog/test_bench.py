@@ -1,6 +1,6 @@
 """Recovery time for a million jobs (target < 10 s); prints the figures it measures.
 
-Run alone: ``pytest tests/binlog/test_bench.py -m slow -s``.
+Run alone: ``pytest tests/server/binlog/test_bench.py -m slow -s``.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from cmdstalk_py.server.binlog import (
     JobState,
 )
 from cmdstalk_py.server.binlog.frame import HEADER_SIZE, valid_frame_at
-from tests.binlog.faults import FaultyOps
-from tests.binlog.model import T0, Model
+from tests.server.binlog.faults import FaultyOps
+from tests.server.binlog.model import T0, Model
 
 NEVER = BinlogOptions(fsync_ms=None)
 

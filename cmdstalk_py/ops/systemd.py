@@ -13,8 +13,8 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.results import JobResult
 
 log = logging.getLogger("cmdstalk.notify")
 

@@ -1,9 +1,10 @@
 """The ``cmdstalk`` command line: Go cmdstalk's flags (both spellings) plus the new ones.
 
 ``main()`` rewrites Go-style arguments (``-all -per-tube=6``) into GNU form (``goflags``),
-click parses and validates them (a bad value is one line and exit status 2), and ``serve``
-wires logging, observers (event log, metrics, systemd) and, with ``--embedded``, the
-bundled server around a ``Supervisor``. Every option can also come from ``CMDSTALK_<NAME>``.
+click parses and validates them (a bad value is one line and exit status 2), and
+``wiring.run_supervisor`` wires logging, observers (event log, metrics, systemd) and, with
+``--embedded``, the bundled server around a ``Supervisor``. Every option can also come from
+``CMDSTALK_<NAME>``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
-from cmdstalk_py import __version__, goflags
-from cmdstalk_py.config import (
+from cmdstalk_py import __version__
+from cmdstalk_py.supervisor import goflags
+from cmdstalk_py.supervisor.config import (
     DEFAULT_ADDRESS,
     DEFAULT_SHELL,
     DEFAULT_TUBE,
@@ -26,7 +28,7 @@ from cmdstalk_py.config import (
     parse_tubes,
     validate_cmd,
 )
-from cmdstalk_py.serve import Extras, serve
+from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
 
 T = TypeVar("T")
 
@@ -194,10 +196,10 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
 @_option(
     "--batch-scheduling/--no-batch-scheduling",
     env="BATCH_SCHEDULING",
-    default=True,
+    default=False,
     help="With a single broker (one tube, --per-tube 1, no --all), run it under "
     "SCHED_BATCH (Linux): it never preempts the commands it starts, which keep the "
-    "supervisor's own policy.",
+    "supervisor's own policy. Off by default.",
 )
 @_option(
     "--embedded/--no-embedded",
@@ -343,7 +345,7 @@ def command(
         events=events,
         metrics=metrics,
     )
-    sys.exit(serve(config, extras))
+    sys.exit(run_supervisor(config, extras))
 
 
 def _option_names() -> tuple[list[str], list[str]]:

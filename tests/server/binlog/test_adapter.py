@@ -17,7 +17,7 @@ from cmdstalk_py.server.binlog.adapter import BinlogJournal
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import DELAYED
 from cmdstalk_py.server.session import Session
-from tests.binlog.faults import FaultyOps
+from tests.server.binlog.faults import FaultyOps
 
 WALL0 = 1_700_000_000.0
 SYNC_EACH = BinlogOptions(fsync_ms=0)

@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from cmdstalk_py.budget import JobBudget
-from cmdstalk_py.config import Config
-from cmdstalk_py.dispatcher import Dispatcher
-from cmdstalk_py.observe import Observer
+from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import reap_orphans
+from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.dispatcher import Dispatcher
 
 log = logging.getLogger("cmdstalk")
 
@@ -41,7 +41,7 @@ TICK = 0.25
 STARTING_TICK = 0.02
 
 
-class State(enum.Enum):
+class SupervisorState(enum.Enum):
     STARTING = "starting"
     RUNNING = "running"
     DRAINING = "draining"
@@ -83,7 +83,7 @@ class Supervisor:
             kill_now=self.kill_now,
             budget=self.budget,
         )
-        self.state = State.STARTING
+        self.state = SupervisorState.STARTING
         # Written by signal handlers and request_stop(); read only by the main loop.
         self._stop_requests = 0
         self._hups = 0
@@ -120,7 +120,7 @@ class Supervisor:
             try:
                 self.dispatcher.start()
                 while not self._step(time.monotonic()):
-                    tick = STARTING_TICK if self.state is State.STARTING else TICK
+                    tick = STARTING_TICK if self.state is SupervisorState.STARTING else TICK
                     if sel.select(tick):
                         self._drain_wakeups()
             finally:
@@ -133,13 +133,13 @@ class Supervisor:
             self._hups_seen = self._hups
             if self._on_hup is not None:
                 self._on_hup()
-        if self.state is State.STARTING and self.dispatcher.ready():
+        if self.state is SupervisorState.STARTING and self.dispatcher.ready():
             # STARTING -> RUNNING: every initial broker holds a connection.
-            self.state = State.RUNNING
+            self.state = SupervisorState.RUNNING
             log.info("ready: %d broker(s) connected to %s", len(self.dispatcher.brokers()),
                      self.config.address)
             self.observer.ready()
-        if self.state in (State.STARTING, State.RUNNING):
+        if self.state in (SupervisorState.STARTING, SupervisorState.RUNNING):
             if self._stop_requests:
                 # RUNNING -> DRAINING: a signal (or request_stop).
                 log.info("stopping: no new jobs; waiting for running jobs")
@@ -148,7 +148,7 @@ class Supervisor:
                 # RUNNING -> DRAINING: --max-jobs jobs are done.
                 log.info("finished %d jobs (--max-jobs); stopping", self.config.max_jobs)
                 self._begin_drain(now)
-        if self.state is State.DRAINING:
+        if self.state is SupervisorState.DRAINING:
             if self._stop_requests >= 2 and not self.kill_now.is_set():
                 log.warning("second stop request: killing running commands")
                 self.kill_now.set()
@@ -162,7 +162,7 @@ class Supervisor:
                 self.kill.set()
             if self.dispatcher.running() == 0:
                 # DRAINING -> STOPPED: every broker has handed back its job.
-                self.state = State.STOPPED
+                self.state = SupervisorState.STOPPED
                 return True
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_INTERVAL
@@ -174,7 +174,7 @@ class Supervisor:
         return False
 
     def _begin_drain(self, now: float) -> None:
-        self.state = State.DRAINING
+        self.state = SupervisorState.DRAINING
         self._drain_started = now
         self.stop_reserving.set()
         self.dispatcher.interrupt_idle()
@@ -186,11 +186,11 @@ class Supervisor:
                 pass
 
     def _finish(self) -> None:
-        if self.state is not State.STOPPED:  # an exception got us here: stop everything
+        if self.state is not SupervisorState.STOPPED:  # an exception got us here: stop everything
             self.stop_reserving.set()
             self.kill_now.set()
         self.dispatcher.join(timeout=10)
-        self.state = State.STOPPED
+        self.state = SupervisorState.STOPPED
         log.info("stopped")
         self.observer.close()
         self._wake_r.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, JobState
-from tests.binlog.model import T0, Model, make_job
+from tests.server.binlog.model import T0, Model, make_job
 
 NEVER = BinlogOptions(fsync_ms=None)
 

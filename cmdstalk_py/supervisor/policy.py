@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from cmdstalk_py.results import Outcome
+from cmdstalk_py.supervisor.results import Outcome
 
 # beanstalkd stores delays as 32-bit seconds.
 MAX_DELAY = 2**32 - 1

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions
-from tests.binlog.faults import Crash, FaultyOps
-from tests.binlog.model import Model
+from tests.server.binlog.faults import Crash, FaultyOps
+from tests.server.binlog.model import Model
 
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("BINLOG_POWERLOSS_SEEDS", "12"))))

@@ -17,8 +17,8 @@ from cmdstalk_py.server.binlog import (
     BinlogWriteError,
     JobRecord,
 )
-from tests.binlog.faults import FaultyOps
-from tests.binlog.model import Model, make_job
+from tests.server.binlog.faults import FaultyOps
+from tests.server.binlog.model import Model, make_job
 
 SYNC_EACH = BinlogOptions(fsync_ms=0, segment_size=4096)
 

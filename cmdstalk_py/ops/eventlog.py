@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from cmdstalk_py.logsetup import iso_utc
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult
+from cmdstalk_py.ops.logsetup import iso_utc
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.results import JobResult
 
 SCHEMA_VERSION = 1
 TAIL_BYTES = 4096  # stdout_tail / stderr_tail bound, in UTF-8 bytes

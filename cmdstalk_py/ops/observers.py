@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from cmdstalk_py.results import JobResult
+from cmdstalk_py.supervisor.results import JobResult
 
 
 class Observer:

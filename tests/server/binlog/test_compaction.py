@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, JobState
-from tests.binlog.faults import Crash, FaultyOps
-from tests.binlog.model import T0, Model, make_job
+from tests.server.binlog.faults import Crash, FaultyOps
+from tests.server.binlog.model import T0, Model, make_job
 
 SMALL = BinlogOptions(fsync_ms=50, segment_size=2048, compact_budget=4)
 

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cmdstalk_py.observe import Observer
-from cmdstalk_py.results import JobResult
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.results import JobResult
 
 log = logging.getLogger("cmdstalk.metrics")
 

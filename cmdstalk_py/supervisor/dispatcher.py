@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from cmdstalk_py.broker import Broker
-from cmdstalk_py.budget import JobBudget
-from cmdstalk_py.config import Config
-from cmdstalk_py.connection import CONNECTION_ERRORS, Connection, Stopped
-from cmdstalk_py.observe import Observer
+from cmdstalk_py.client.connection import CONNECTION_ERRORS, HealingConnection, Stopped
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.supervisor.config import Config
 
 log = logging.getLogger("cmdstalk.dispatcher")
 
@@ -128,7 +128,7 @@ class Dispatcher:
         return [b for b, _ in started]
 
     def _discover_loop(self) -> None:
-        conn = Connection(
+        conn = HealingConnection(
             self.config.host,
             self.config.port,
             where="dispatcher",

@@ -20,7 +20,7 @@ from typing import cast
 import greenstalk
 import tenacity
 
-from cmdstalk_py.observe import Observer
+from cmdstalk_py.ops.observers import Observer
 
 log = logging.getLogger("cmdstalk.connection")
 
@@ -240,7 +240,7 @@ class Stopped(Exception):
     """The stop event was set while (re)connecting; the owner should wind down."""
 
 
-class Connection:
+class HealingConnection:
     """A lazily (re)connected greenstalk client for one owner (``where``, e.g. ``mail:0``).
 
     ``watch``: the one tube to watch (``default`` is ignored unless it is that tube);

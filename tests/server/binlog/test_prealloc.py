@@ -11,8 +11,8 @@ import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions, BinlogWriteError
 from cmdstalk_py.server.binlog.frame import HEADER_SIZE
-from tests.binlog.faults import FaultyOps
-from tests.binlog.model import Model, make_job
+from tests.server.binlog.faults import FaultyOps
+from tests.server.binlog.model import Model, make_job
 
 PRE = BinlogOptions(fsync_ms=0, segment_size=8192, preallocate=4096)
 

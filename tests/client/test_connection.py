@@ -18,10 +18,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cmdstalk_py.connection import (
+from cmdstalk_py.client.connection import (
     CONNECTION_ERRORS,
     Client,
-    Connection,
+    HealingConnection,
     LineReader,
     parse_stats,
     set_io_timeout,
@@ -96,7 +96,7 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
     with silent_server() as (host, port):
         sock = socket.create_connection((host, port), timeout=5)
         set_io_timeout(sock, 0.3)
-        sock.settimeout(None)  # the kernel's timeout alone, as Connection sets it up
+        sock.settimeout(None)  # the kernel's timeout alone, as HealingConnection sets it up
         client = Client(sock, use="default", watch="default", io_timeout=0.3)
         started = time.monotonic()
         with pytest.raises(TimeoutError) as raised:
@@ -110,7 +110,9 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
 
 def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
     with silent_server() as (host, port):
-        connection = Connection(host, port, where="t:0", stop=threading.Event(), io_timeout=0.3)
+        connection = HealingConnection(
+            host, port, where="t:0", stop=threading.Event(), io_timeout=0.3
+        )
         client = connection.client()  # default tubes: nothing to send while connecting
         try:
             with pytest.raises(TimeoutError) as raised:

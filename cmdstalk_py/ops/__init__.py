@@ -1,0 +1,11 @@
+"""Operating the supervisor: what it tells the outside world about its jobs.
+
+Modules:
+
+- ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads) and
+  ``Observers``, the fan-out to every sink below.
+- ``logsetup``: stderr logging, text (``[tube:slot] job N …``) or JSON lines.
+- ``eventlog``: ``EventLog``, the JSON-lines event log (schema v1), reopened for logrotate.
+- ``metrics``: Prometheus metrics (prometheus-client, imported only with ``--metrics``).
+- ``systemd``: ``SystemdNotifier``, the notify protocol (READY, STOPPING, WATCHDOG, STATUS).
+"""

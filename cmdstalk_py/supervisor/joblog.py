@@ -2,10 +2,7 @@
 
 Every line carries the structured extras ``logsetup`` renders as ``[tube:slot] job N``.
 Loggers: ``cmdstalk.broker`` for results and kills, ``cmdstalk.output`` for the commands'
-stdout and stderr (so output can be silenced or routed apart from the rest). When our own
-handler is the only one listening, lines go to it directly (``logsetup.sole_line_handler``):
-a broker writes one right after starting each command, where a trip through logging costs
-more than most of the rest of the job's handling.
+stdout and stderr (so output can be silenced or routed apart from the rest).
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import logging
 from collections.abc import Callable
 
 from cmdstalk_py.ops.eventlog import signal_name
-from cmdstalk_py.ops.logsetup import sole_line_handler
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
@@ -47,9 +43,9 @@ class JobLog:
             how = "not run"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
         error = f" ({r.error})" if r.error else ""
-        outcome = r.outcome.value  # once: an enum's .value is a Python-level descriptor
+        outcome = r.outcome.value
         msg = f"{how}, {outcome}{delay} in {r.duration_ms:.0f} ms{error}"
-        _write(log, level, msg, self.extra(r.job_id, outcome))
+        log.log(level, msg, extra=self.extra(r.job_id, outcome))
 
     def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
         """A callback logging each output line; None when output is not logged at all
@@ -61,7 +57,8 @@ class JobLog:
 
         def on_line(line: bytes) -> None:
             text = line.decode("utf-8", "replace").rstrip("\r\n")
-            _emit(output_log, logging.INFO, prefix + text, extra)
+            # A finished message and no arguments: logging leaves a ``%`` in output alone.
+            output_log.info(prefix + text, extra=extra)
 
         return on_line
 
@@ -69,26 +66,7 @@ class JobLog:
         """A callback for each signal sent to ``job_id``'s command: logged and observed."""
 
         def on_kill(name: str) -> None:
-            _emit(log, logging.WARNING, f"sent {name}", self.extra(job_id, "kill"))
+            log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
             self._observer.process_killed(self.tube, name)
 
         return on_kill
-
-
-def _emit(logger: logging.Logger, level: int, msg: str, extra: dict[str, object]) -> None:
-    """``logger.log(level, msg, extra=extra)``, straight to our handler when only it listens.
-
-    ``msg`` is the finished message (logging formats a message with ``%`` only when given
-    arguments, so a ``%`` in a command's output is safe either way).
-    """
-    if logger.isEnabledFor(level):
-        _write(logger, level, msg, extra)
-
-
-def _write(logger: logging.Logger, level: int, msg: str, extra: dict[str, object]) -> None:
-    """``_emit`` once ``logger.isEnabledFor(level)`` is known."""
-    handler = sole_line_handler(logger, level)
-    if handler is None:
-        logger.log(level, msg, extra=extra)
-    else:
-        handler.write_line(level, logger.name, msg, extra)

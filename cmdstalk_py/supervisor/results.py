@@ -27,9 +27,7 @@ class Outcome(enum.Enum):
 class JobResult(NamedTuple):
     """One finished job. Times are UNIX epoch seconds (float); tails are decoded text.
 
-    Immutable, as every observer gets the same one. A named tuple rather than a frozen
-    dataclass: a broker makes one per job on its critical path, where the dataclass's
-    ``__init__`` (an ``object.__setattr__`` call per field) cost ~16 µs against ~8.
+    Immutable, as every observer gets the same one.
     """
 
     job_id: int

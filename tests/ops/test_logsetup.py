@@ -15,12 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cmdstalk_py.ops.logsetup import (
-    LineHandler,
     configure_logging,
     iso_utc,
     lean_records,
-    make_formatter,
-    sole_line_handler,
 )
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.joblog import JobLog
@@ -176,85 +173,36 @@ def _without_ts(line: str, fmt: str) -> object:
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
-def test_job_lines_written_directly_are_the_lines_logging_writes(fmt: str) -> None:
+def test_job_lines_in_both_formats(fmt: str) -> None:
     root = logging.getLogger()
-    root.handlers[:] = []  # pytest's capture handlers: the direct path needs ours alone
-    records: list[logging.LogRecord] = []
-    make_record = logging.getLogRecordFactory()
-
-    def counting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = make_record(*args, **kwargs)
-        records.append(record)
-        return record
-
-    logging.setLogRecordFactory(counting_factory)
-    try:
-        direct, through_logging = io.StringIO(), io.StringIO()
-        configure_logging(fmt, "INFO", direct)
-        assert sole_line_handler(logging.getLogger("cmdstalk.broker"), logging.INFO)
-        _job_lines(JobLog("mail", 2, Observer()))
-        assert records == []  # no LogRecord made: written directly
-
-        configure_logging(fmt, "INFO", through_logging)
-        root.addHandler(logging.NullHandler())  # a second listener: through logging again
-        assert sole_line_handler(logging.getLogger("cmdstalk.broker"), logging.INFO) is None
-        _job_lines(JobLog("mail", 2, Observer()))
-        assert len(records) == 6
-    finally:
-        logging.setLogRecordFactory(make_record)
-    lines = direct.getvalue().splitlines()
+    root.handlers[:] = []  # pytest's capture handlers: only ours
+    out = io.StringIO()
+    configure_logging(fmt, "INFO", out)
+    _job_lines(JobLog("mail", 2, Observer()))
+    lines = out.getvalue().splitlines()
     assert len(lines) == 6
-    assert [_without_ts(x, fmt) for x in lines] == [
-        _without_ts(x, fmt) for x in through_logging.getvalue().splitlines()
-    ]
+    for line in lines:
+        _without_ts(line, fmt)  # every line carries its timestamp
     if fmt == "text":
         assert lines[0].endswith(" INFO [mail:2] job 17 exit 0, deleted in 12 ms")
         assert lines[3].endswith(" WARNING [mail:2] job 20 not run, lost in 12 ms "
                                  "(NOT_FOUND on delete)")
         assert lines[4].endswith(" INFO [mail:2] job 21 stdout: 100% done, \ufffd résumé")
+        assert lines[5].endswith(" WARNING [mail:2] job 21 sent SIGTERM")
     else:
         assert json.loads(lines[1])["msg"] == "exit 3, released with delay 16s in 12 ms"
         assert json.loads(lines[5])["event"] == "kill"
+        assert {json.loads(x)["logger"] for x in lines} == {"cmdstalk.broker", "cmdstalk.output"}
 
 
-def test_sole_line_handler_only_when_nothing_else_would_see_the_line() -> None:
-    root = logging.getLogger()
-    root.handlers[:] = []
-    broker = logging.getLogger("cmdstalk.broker")
-    configure_logging("text", "INFO", io.StringIO())
-    ours = root.handlers[0]
-    assert isinstance(ours, LineHandler)
-    assert sole_line_handler(broker, logging.INFO) is ours
-    ours.setLevel(logging.WARNING)
-    assert sole_line_handler(broker, logging.INFO) is None
-    ours.setLevel(logging.NOTSET)
-
-    def drop_all(record: logging.LogRecord) -> bool:
-        return False
-
-    for target in (broker, logging.getLogger("cmdstalk"), ours):
-        target.addFilter(drop_all)
-        try:
-            assert sole_line_handler(broker, logging.INFO) is None
-        finally:
-            target.removeFilter(drop_all)
-    broker.propagate = False
-    try:
-        assert sole_line_handler(broker, logging.INFO) is None  # nothing would see it
-    finally:
-        broker.propagate = True
-    assert sole_line_handler(broker, logging.INFO) is ours
-    # Another formatter set on our handler afterwards is what logging would use: so is it.
-    ours.setFormatter(logging.Formatter("plain: %(message)s"))
-    assert sole_line_handler(broker, logging.INFO) is None
-
-
-def test_a_direct_line_that_cannot_be_written_is_reported_like_logging_does(
+def test_a_line_that_cannot_be_written_is_reported_by_logging(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    root = logging.getLogger()
+    root.handlers[:] = []
     out = io.StringIO()
-    handler = LineHandler(out, make_formatter("text"))
+    configure_logging("text", "INFO", out)
     out.close()
-    handler.write_line(logging.INFO, "cmdstalk.broker", "exit 0, deleted", BROKER_EXTRA)
+    logging.getLogger("cmdstalk.broker").info("exit 0, deleted", extra=BROKER_EXTRA)
     err = capsys.readouterr().err
     assert "--- Logging error ---" in err and "exit 0, deleted" in err

@@ -2,5 +2,17 @@
 
 Installed with the ``spark`` extra (pyspark, pyarrow, pandas, matplotlib) and imported only
 when used: nothing here is imported by the ``cmdstalk`` supervisor or ``cmdstalk-server``.
-The modules ``wire`` and ``putter`` (the beanstalkd socket code) need no Spark at all.
+
+Modules:
+
+- ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command);
+  ``session``: a local-friendly SparkSession; ``progress``: progress lines on a terminal.
+- ``datasource``: the ``beanstalkd`` data source, ``enqueue``, ``enqueue_stream`` and
+  ``with_idempotency_key``; ``putter``: pipelined puts in bounded windows (no Spark);
+  ``wire``: what the Spark tools need of the protocol (no Spark).
+- ``eventlog``: reading the supervisor's event log (schema v1) with a fixed schema;
+  ``report``: metrics per tube and window and the files ``report`` writes; ``charts``:
+  its PNG charts and HTML page.
+- ``deadletters``: buried jobs to Parquet and back.
+- ``drain``: cmdstalk's own brokers run as Spark tasks, results as event-log rows.
 """

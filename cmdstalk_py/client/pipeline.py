@@ -98,7 +98,7 @@ class Client:
 
     # -- raw access, for callers that pipeline themselves ------------------------------
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | bytearray) -> None:
         """Send ``data`` (whole requests) as they are."""
         try:
             self.sock.sendall(data)

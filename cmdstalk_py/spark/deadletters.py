@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, BeanstalkdError, NotFound
 from cmdstalk_py.client.pipeline import Client
+from cmdstalk_py.client.replies import parse_int, parse_reply
 from cmdstalk_py.spark.putter import Putter
 
 STAT_FIELDS = (
@@ -123,8 +124,10 @@ def _rotate(conn: Client, job_id: int, priority: int) -> bytes | None:
     was no longer there to take."""
     conn.send(b"reserve-job %d\r\nbury %d %d\r\n" % (job_id, job_id, priority))
     line = conn.read_line()
-    words = line.split(b" ")
-    body = conn.read_body(int(words[2])) if words[0] == b"RESERVED" else None
+    body = None
+    if line.startswith(b"RESERVED "):
+        size = parse_reply(line, b"RESERVED", 2)[1]
+        body = conn.read_body(parse_int(size))
     buried = conn.read_line()
     if body is None:
         return None  # NOT_FOUND twice: deleted, or reserved by someone else, meanwhile

@@ -28,7 +28,8 @@ from cmdstalk_py.client.errors import (
 from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.client.reader import Reader, set_io_timeout
 from cmdstalk_py.client.replies import parse_stats
-from tests.helpers import BeanstalkServer
+from cmdstalk_py.ops.observers import Observer
+from tests.helpers import BeanstalkServer, running_beanstalkd
 
 
 def test_reader_splits_lines_and_bodies_whatever_the_segments() -> None:
@@ -231,6 +232,62 @@ def test_reserve_and_stats_job_give_what_greenstalk_gives(beanstalk: BeanstalkSe
     assert ours_seen[5][2].startswith(bytes(range(256)))  # type: ignore[index]
 
 
+def _job_of(client: Any, job_id: int) -> object:
+    """What each client's bury / release take: greenstalk a ``Job``, ours an id."""
+    return job_id if isinstance(client, Client) else greenstalk.Job(job_id, b"")
+
+
+def _more_commands(client: Any, tube: str) -> list[object]:
+    held: dict[str, int] = {}
+
+    def reserve() -> object:
+        job = client.reserve(timeout=0)
+        held["id"] = job.id
+        return job
+
+    steps: list[Callable[[], object]] = [
+        lambda: client.use(tube),
+        lambda: client.watch(tube),  # 2: default and this one
+        lambda: client.ignore("default"),  # 1
+        lambda: client.ignore(tube),  # NOT_IGNORED: the last watched tube
+        lambda: client.peek_buried(),  # NOT_FOUND: nothing buried yet
+        lambda: client.put(b"first", priority=5, ttr=30) > 0,
+        reserve,
+        lambda: client.bury(_job_of(client, held["id"]), 9),
+        lambda: client.peek_buried().body,
+        lambda: client.stats_job(held["id"])["state"],
+        lambda: client.reserve_job(held["id"]).body,
+        lambda: client.release(_job_of(client, held["id"]), 3, 0),
+        lambda: client.stats_job(held["id"])["pri"],
+        lambda: client.reserve_job(2**40),  # NOT_FOUND
+        lambda: client.stats_tube(tube)["name"],
+        lambda: client.stats_tube("no-such-tube"),  # NOT_FOUND
+        lambda: tube in client.tubes(),
+        lambda: client.delete(held["id"]),
+        lambda: client.stats_tube(tube)["current-jobs-ready"],
+    ]
+    return [_outcome(step) for step in steps]
+
+
+def test_the_other_commands_give_what_greenstalk_gives(beanstalk: BeanstalkServer) -> None:
+    plain: greenstalk.Client[bytes] = greenstalk.Client(
+        (beanstalk.host, beanstalk.port), encoding=None
+    )
+    ours = Client.connect(beanstalk.address, timeout=5)
+    try:
+        theirs_seen = _more_commands(plain, "more-a")
+        ours_seen = _more_commands(ours, "more-b")
+    finally:
+        ours.close()
+        plain.close()
+    same_tube = [o if o != "more-a" else "more-b" for o in theirs_seen]
+    assert [o[0] if isinstance(o, tuple) else o for o in ours_seen] == [
+        o[0] if isinstance(o, tuple) else o for o in same_tube
+    ]
+    assert ours_seen[1:5] == [2, 1, "NOT_IGNORED", "NOT_FOUND"]
+    assert ours_seen[8:13] == [b"first", "buried", b"first", None, 3]
+
+
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
@@ -265,3 +322,54 @@ def test_a_broken_reserve_reply_raises_a_connection_error(
 def test_connection_errors_are_no_longer_programming_errors() -> None:
     # A bug that raises ValueError or AssertionError must not pass for a lost server.
     assert not any(issubclass(e, (ValueError, AssertionError)) for e in CONNECTION_ERRORS)
+
+
+# -- HealingConnection: reconnects to a restarted server with its use/watch restored --------
+
+
+class _Reconnects(Observer):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def reconnected(self, where: str, address: str) -> None:
+        self.seen.append((where, address))
+
+
+def _held_by_one(server: BeanstalkServer, tube: str) -> tuple[int, int]:
+    stats = server.client().stats_tube(tube)
+    return stats["current-using"], stats["current-watching"]
+
+
+def test_a_reconnect_restores_use_and_watch() -> None:
+    observer = _Reconnects()
+    with running_beanstalkd() as first:
+        port = first.port
+        connection = HealingConnection(
+            first.host,
+            port,
+            where="heal:0",
+            stop=threading.Event(),
+            watch="heal-watch",
+            use="heal-use",
+            max_wait=0.2,
+            observer=observer,
+        )
+        try:
+            connection.client()
+            assert _held_by_one(first, "heal-use")[0] == 1
+            assert _held_by_one(first, "heal-watch")[1] == 1
+            assert connection.connected.is_set()
+        except BaseException:
+            connection.close()
+            raise
+    try:
+        connection.drop("server restarted")
+        assert not connection.connected.is_set()
+        with running_beanstalkd(port=port) as second:
+            client = connection.client()  # a new connection: use and watch sent again
+            assert sorted(client.tubes()) == ["default", "heal-use", "heal-watch"]
+            assert _held_by_one(second, "heal-use")[0] == 1
+            assert _held_by_one(second, "heal-watch")[1] == 1
+            assert observer.seen == [("heal:0", f"127.0.0.1:{port}")]
+    finally:
+        connection.close()

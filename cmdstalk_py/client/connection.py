@@ -1,9 +1,9 @@
 """One beanstalkd connection that heals itself: reconnect with tenacity, restore use/watch.
 
 Every broker and the dispatcher own one. ``client()`` hands out a connected
-``pipeline.Client``, (re)connecting first when needed: exponential backoff with jitter, capped, each
-failed attempt logged with the address, until it works or the stop event is set (then
-``Stopped``). Callers report a broken connection with ``drop()``; the next ``client()``
+``pipeline.Client``, (re)connecting first when needed: exponential backoff with jitter,
+capped, each failed attempt logged with the address, until it works or the stop event is
+set (then ``Stopped``). Callers report a broken connection with ``drop()``; the next ``client()``
 connects afresh. Connection errors never escape as anything but ``Stopped``.
 """
 

@@ -2,7 +2,17 @@
 
 Modules:
 
-- ``connection``: ``HealingConnection``, a connection that reconnects with backoff
-  (tenacity) and restores its use/watch state; the pipelining reader and reply parsers
-  the broker's hot path uses.
+- ``names``: the project's one tube-name rule and ``host:port`` parser (stdlib only: the
+  server and the command lines import it without pulling in a client);
+- ``errors``: the exception classes and ``ERROR_REPLIES``, the one table from reply words
+  to them; ``CONNECTION_ERRORS``, what an unusable connection raises;
+- ``replies``: pure parsers of reply lines, stats YAML and lists;
+- ``reader``: reply lines and data blocks off a socket, the kernel-enforced I/O timeout;
+- ``pipeline``: ``Client``, a small blocking client that can send the next reserve along
+  with a job's final command (the broker), and whose raw reads and writes serve callers
+  that pipeline many commands (the Spark putter and dead-letter export);
+- ``connection``: ``HealingConnection``, a ``Client`` that reconnects with backoff
+  (tenacity) and restores its use/watch state.
+
+greenstalk serves everything else that needs no pipelining (and is the tests' oracle).
 """

@@ -162,15 +162,15 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
     Jobs stay buried throughout (see the README on how the buried list is walked); with
     --delete they are deleted only after the file is written, fsynced and in place.
     """
+    from cmdstalk_py.client.errors import BeanstalkdError
     from cmdstalk_py.spark.deadletters import ExportError, export_buried
-    from cmdstalk_py.spark.wire import BeanstalkdError
 
     def progress(n: int) -> None:
         click.echo(f"  {n} jobs exported...", err=True)
 
     try:
         result = export_buried(address, tube, out, delete=delete, progress=progress)
-    except (ExportError, BeanstalkdError) as exc:
+    except (ExportError, BeanstalkdError, OSError) as exc:
         raise click.ClickException(f"export failed, nothing deleted: {exc}") from exc
     click.echo(f"exported {result.jobs} buried jobs of tube {tube!r} to {result.path}")
     if delete:

@@ -50,8 +50,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
 from cmdstalk_py.spark.putter import Putter
-from cmdstalk_py.spark.wire import check_tube, check_u32, parse_address
+from cmdstalk_py.spark.wire import check_u32
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,8 +92,8 @@ class WriteOptions:
             ttr=int(opts.get("ttr", "60")),
             summary_path=opts.get("summary_path"),
         )
-        parse_address(out.address)
-        check_tube(out.tube)
+        parse_address(out.address, DEFAULT_PORT)
+        tube_bytes(out.tube)
         for name in ("priority", "delay", "ttr"):
             check_u32(name, getattr(out, name))
         return out

@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cmdstalk_py.client.errors import CONNECTION_ERRORS, BeanstalkdError, NotFound
+from cmdstalk_py.client.pipeline import Client
+from cmdstalk_py.client.replies import parse_int, parse_reply
 from cmdstalk_py.spark.putter import Putter
-from cmdstalk_py.spark.wire import BeanstalkdError, Connection, ConnectionLost
 
 STAT_FIELDS = (
     "priority",
@@ -82,7 +84,24 @@ class ExportResult:
     not_deleted: int = 0  # exported, but no longer buried in the tube when deleting
 
 
-def _int_stats(raw: dict[str, str]) -> dict[str, int]:
+def _stats_job(conn: Client, job_id: int) -> Mapping[str, object] | None:
+    """``stats-job``, or None when the job no longer exists."""
+    try:
+        return conn.stats_job(job_id)
+    except NotFound:
+        return None
+
+
+def _delete(conn: Client, job_id: int) -> bool:
+    """Delete ``job_id``; False when it no longer exists."""
+    try:
+        conn.delete(job_id)
+    except NotFound:
+        return False
+    return True
+
+
+def _int_stats(raw: Mapping[str, object]) -> dict[str, int]:
     names = {"pri": "priority"}
     out = {}
     for key in (
@@ -96,17 +115,19 @@ def _int_stats(raw: dict[str, str]) -> dict[str, int]:
         "buries",
         "kicks",
     ):
-        out[names.get(key, key)] = int(raw.get(key, "0"))
+        out[names.get(key, key)] = int(str(raw.get(key, 0)))
     return out
 
 
-def _rotate(conn: Connection, job_id: int, priority: int) -> bytes | None:
+def _rotate(conn: Client, job_id: int, priority: int) -> bytes | None:
     """Move buried job ``job_id`` to the tail of its buried list; its body, or None if it
     was no longer there to take."""
     conn.send(b"reserve-job %d\r\nbury %d %d\r\n" % (job_id, job_id, priority))
     line = conn.read_line()
-    words = line.split(b" ")
-    body = conn.read_body(int(words[2])) if words[0] == b"RESERVED" else None
+    body = None
+    if line.startswith(b"RESERVED "):
+        size = parse_reply(line, b"RESERVED", 2)[1]
+        body = conn.read_body(parse_int(size))
     buried = conn.read_line()
     if body is None:
         return None  # NOT_FOUND twice: deleted, or reserved by someone else, meanwhile
@@ -118,14 +139,14 @@ def _rotate(conn: Connection, job_id: int, priority: int) -> bytes | None:
 def _restore(address: str, tube: str, job_id: int) -> str:
     """After a lost connection: bury ``job_id`` again if the server made it ready."""
     try:
-        with Connection(address, timeout=10) as conn:
-            stats = conn.stats_job(job_id)
+        with Client.connect(address, timeout=10) as conn:
+            stats = _stats_job(conn, job_id)
             if stats is None:
                 return f"job {job_id} no longer exists"
             if stats.get("state") == "buried":
                 return f"job {job_id} is still buried"
             ours = stats.get("tube") == tube and stats.get("state") in ("ready", "delayed")
-            if ours and _rotate(conn, job_id, int(stats["pri"])) is not None:
+            if ours and _rotate(conn, job_id, int(str(stats["pri"]))) is not None:
                 return f"job {job_id} was made ready by the lost connection; buried again"
             return f"job {job_id} is {stats.get('state')} in tube {stats.get('tube')}: check it"
     except (BeanstalkdError, OSError) as exc:
@@ -135,21 +156,23 @@ def _restore(address: str, tube: str, job_id: int) -> str:
 def iter_buried(address: str, tube: str, timeout: float = 30.0) -> Iterator[BuriedJob]:
     """Every job buried in ``tube`` when the walk starts (see the module doc), in order."""
     seen: set[int] = set()
-    conn = Connection(address, timeout=timeout)
+    conn = Client.connect(address, timeout=timeout)
     try:
         conn.use(tube)
         while True:
-            head = conn.peek_buried()
-            if head is None or head[0] in seen:
+            try:
+                job_id = conn.peek_buried().id
+            except NotFound:
+                return  # the buried list is empty
+            if job_id in seen:
                 return
-            job_id = head[0]
-            raw = conn.stats_job(job_id)
+            raw = _stats_job(conn, job_id)
             if raw is None or raw.get("state") != "buried":
                 continue  # changed under us: look at the new head
             stats = _int_stats(raw)
             try:
                 body = _rotate(conn, job_id, stats["priority"])
-            except ConnectionLost as exc:
+            except CONNECTION_ERRORS as exc:
                 note = _restore(address, tube, job_id)
                 raise ExportError(f"connection lost while moving job {job_id} ({note})") from exc
             if body is None:
@@ -214,14 +237,14 @@ def export_buried(
         tmp.unlink(missing_ok=True)
     result = ExportResult(path, len(exported))
     if delete:
-        with Connection(address) as conn:
+        with Client.connect(address) as conn:
             for job_id in exported:
-                stats = conn.stats_job(job_id)
+                stats = _stats_job(conn, job_id)
                 still = stats is not None and (stats.get("state"), stats.get("tube")) == (
                     "buried",
                     tube,
                 )
-                if still and conn.delete(job_id):
+                if still and _delete(conn, job_id):
                     result.deleted += 1
                 else:
                     result.not_deleted += 1

@@ -9,7 +9,9 @@ sending more requests it reads replies until the new ones fit. The server then n
 writing, so it keeps reading, so ``sendall`` always completes.
 
 Every reply is checked in order; the first error stops the partition with a message naming
-the partition, the row, the tube and the server's reply.
+the partition, the row, the tube and the server's reply. The connection, the reply reading
+and the reply table are the client package's (``client.pipeline.Client``); the windows are
+this module's.
 """
 
 from __future__ import annotations
@@ -21,13 +23,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NoReturn
 
-from cmdstalk_py.spark.wire import (
-    BeanstalkdError,
-    check_tube,
-    check_u32,
-    error_for,
-    parse_address,
-)
+from cmdstalk_py.client.errors import BeanstalkdError, ConnectionLost, error_for
+from cmdstalk_py.client.names import tube_bytes
+from cmdstalk_py.client.pipeline import Client
+from cmdstalk_py.spark.wire import check_u32
 
 MAX_PUT_REPLY = len(b"INSERTED 18446744073709551615\r\n")
 USE_REPLY_OVERHEAD = len(b"USING \r\n")
@@ -91,30 +90,27 @@ class Putter:
         self.address = address
         self.partition = partition
         self.default_tube = tube
-        check_tube(tube)
+        tube_bytes(tube)
         self.priority = check_u32("priority", priority)
         self.delay = check_u32("delay", delay)
         self.ttr = check_u32("ttr", ttr)
-        host, port = parse_address(address)
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as exc:
+            self._conn = Client.connect(address, timeout=timeout)
+        except ConnectionLost as exc:
             raise PutFailed(
-                f"{self._where()}: cannot connect to beanstalkd at {address}: {exc}",
+                f"{self._where()}: {exc}",
                 reply="CONNECTION_REFUSED",
                 partition=partition,
                 row=None,
                 acknowledged=0,
             ) from exc
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.budget = reply_budget(self.sock, budget)
+        self.budget = reply_budget(self._conn.sock, budget)
         self.stats = PutStats()
         self._out = bytearray()  # requests not sent yet
         self._out_reply_bytes = 0  # reply bound of the requests in _out
         self._inflight_reply_bytes = 0  # reply bound of sent requests not yet answered
         self._expect: deque[int] = deque()  # row index per request; _USE for `use`
         self._expect_tubes: deque[str] = deque()  # tube per `use` request, in order
-        self._inbuf = b""
         self._tube_sent = "default"  # the tube the server will use for the next put
         self._tube_acked = "default"  # the tube in effect for the next reply we read
         self._next_row = 0
@@ -131,7 +127,7 @@ class Putter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.sock.close()
+        self._conn.close()
 
     @property
     def queued(self) -> int:
@@ -164,7 +160,7 @@ class Putter:
             ttr = ttrs[i] if ttrs is not None else None
             try:
                 if tube != self._tube_sent:
-                    raw_tube = check_tube(tube)
+                    raw_tube = tube_bytes(tube)
                     self._queue(b"use %s\r\n" % raw_tube, USE_REPLY_OVERHEAD + len(raw_tube))
                     self._expect.append(_USE)
                     self._expect_tubes.append(tube)
@@ -191,7 +187,7 @@ class Putter:
     def _put_uniform(self, bodies: Sequence[bytes]) -> None:
         # The hot path: every row takes the defaults, so one header serves them all.
         if self.default_tube != self._tube_sent:
-            raw_tube = check_tube(self.default_tube)
+            raw_tube = tube_bytes(self.default_tube)
             self._queue(b"use %s\r\n" % raw_tube, USE_REPLY_OVERHEAD + len(raw_tube))
             self._expect.append(_USE)
             self._expect_tubes.append(self.default_tube)
@@ -239,7 +235,7 @@ class Putter:
         ):
             self._read_replies()
         try:
-            self.sock.sendall(self._out)
+            self._conn.send(self._out)
         except OSError as exc:
             self._lost(exc)
         self._inflight_reply_bytes += self._out_reply_bytes
@@ -282,13 +278,11 @@ class Putter:
 
     def _receive(self) -> None:
         try:
-            chunk = self.sock.recv(262144)
+            lines = self._conn.read_lines(262144)
+        except ConnectionLost:
+            self._lost(None)  # the server closed the connection
         except OSError as exc:
             self._lost(exc)
-        if not chunk:
-            self._lost(None)
-        lines = (self._inbuf + chunk).split(b"\r\n")
-        self._inbuf = lines.pop()
         expect = self._expect
         for line in lines:
             kind = expect.popleft()

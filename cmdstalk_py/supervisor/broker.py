@@ -8,13 +8,12 @@ failure talking to the server makes the job LOST (the server takes it back by it
 the connection is rebuilt; nothing here raises out of ``run()``.
 
 Under ``run()`` the final command of a job goes out in one write with the next job's
-reserve (two round trips per job instead of three: at a few milliseconds per job they
-are several percent of its cost). A reserve already sent when the broker stops is simply
-abandoned with the connection: the server puts back a job reserved on a closed connection
-at once, unrun. For the same reason a job's report (its log line, ``Observer.job_finished``)
-waits until the next command has started, when the broker only waits for it: Python run
-right after a process exits is slow (its caches are cold), and a report costs ~0.1 ms
-there. A report never waits longer: a broker whose next job is not there within
+reserve (``client.pipeline``): two round trips per job instead of three. A reserve already
+sent when the broker stops is simply abandoned with the connection: the server puts back a
+job reserved on a closed connection at once, unrun. For the same reason a job's report
+(its log line, ``Observer.job_finished``) waits until the next command has started, when
+the broker only waits for it: Python run right after a process exits is slow (its caches
+are cold). A report never waits longer: a broker whose next job is not there within
 ``report_wait`` seconds, or that stops, reports first.
 """
 
@@ -25,10 +24,17 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import greenstalk
-
-from cmdstalk_py.client.connection import CONNECTION_ERRORS, Client, HealingConnection, Stopped
+from cmdstalk_py.client.connection import HealingConnection, Stopped
+from cmdstalk_py.client.errors import (
+    CONNECTION_ERRORS,
+    Buried,
+    DeadlineSoon,
+    NotFound,
+    TimedOut,
+)
+from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import (
     KillReason,
@@ -44,9 +50,10 @@ from cmdstalk_py.supervisor.joblog import JobLog
 from cmdstalk_py.supervisor.policy import Decision, decide, kill_schedule, precheck
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
-log = logging.getLogger("cmdstalk.broker")
+if TYPE_CHECKING:
+    from greenstalk import StatsJob
 
-Job = greenstalk.Job[bytes]
+log = logging.getLogger("cmdstalk.broker")
 
 
 #: Seconds a finished job's report may wait for the next job (normally it is a round trip
@@ -203,7 +210,7 @@ class Broker:
         error: BaseException | None = None
         try:
             job = client.reserve(self.config.reserve_timeout)
-        except (greenstalk.TimedOutError, greenstalk.DeadlineSoonError):
+        except (TimedOut, DeadlineSoon):
             pass  # DEADLINE_SOON cannot happen: we hold no other job
         except CONNECTION_ERRORS as e:
             error = e
@@ -270,7 +277,7 @@ class Broker:
     ) -> JobResult:
         try:
             stats = client.stats_job(job.id)
-        except greenstalk.NotFoundError:
+        except NotFound:
             return self._lost(job, started_at, "NOT_FOUND on stats-job: reservation expired")
         except CONNECTION_ERRORS as e:
             self._report_pending()  # before what is logged about this job
@@ -333,7 +340,7 @@ class Broker:
         )
         return result
 
-    def _run(self, job: Job, stats: greenstalk.StatsJob, reserved_at: float) -> ProcessResult:
+    def _run(self, job: Job, stats: StatsJob, reserved_at: float) -> ProcessResult:
         plan = kill_schedule(stats["ttr"], self.config.ttr_margin, self.config.kill_grace)
         env = job_environment(self._env, job.id, self.tube, stats, job.body)
         self._observer.broker_busy(self.tube, self.slot, True)
@@ -382,12 +389,12 @@ class Broker:
             if command == "delete":
                 client.delete(job.id)
             elif command == "release":
-                client.release(job, pri, decision.delay or 0)
+                client.release(job.id, pri, decision.delay or 0)
             elif command == "bury":
-                client.bury(job, pri)
-        except greenstalk.NotFoundError:
+                client.bury(job.id, pri)
+        except NotFound:
             return Outcome.LOST, f"NOT_FOUND on {command}: the reservation had expired"
-        except greenstalk.BuriedError:
+        except Buried:
             # release could not grow the server's queue (out of memory): it buried the job.
             return Outcome.BURIED, "server buried the job on release (out of memory)"
         except CONNECTION_ERRORS as e:

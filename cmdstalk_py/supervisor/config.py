@@ -7,19 +7,18 @@ a ``Config``, so every default lives here and nowhere else.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# The project's one tube-name rule and address parser; the command line takes them from here.
+from cmdstalk_py.client.names import format_address
+from cmdstalk_py.client.names import parse_address as parse_address
+from cmdstalk_py.client.names import validate_tube as validate_tube
+
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 DEFAULT_TUBE = "default"
 DEFAULT_SHELL = "/bin/bash -c"
-
-# beanstalkd's own rule (tube.c / prot.c): up to 200 bytes of these characters, and a
-# name may not start with a hyphen.
-_TUBE_NAME = re.compile(r"[A-Za-z0-9+/;.$_()][A-Za-z0-9\-+/;.$_()]{0,199}")
-MAX_TUBE_NAME = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +51,7 @@ class Config:
     @property
     def address(self) -> str:
         """``host:port`` as given on the command line (IPv6 hosts in brackets)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return format_address(self.host, self.port)
 
     @property
     def single_broker(self) -> bool:
@@ -63,37 +61,6 @@ class Config:
     def argv(self) -> list[str]:
         """The argv a job runs: the shell words followed by the command (Go: bash -c CMD)."""
         return [*self.shell, self.cmd]
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6-host]:port`` → (host, port); ValueError when malformed."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(f"malformed address {text!r}: expected [host]:port")
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            raise ValueError(f"malformed address {text!r}: expected host:port")
-        if ":" in host:
-            raise ValueError(f"malformed address {text!r}: put IPv6 hosts in brackets")
-    if not host or any(c.isspace() for c in host):
-        raise ValueError(f"malformed address {text!r}: missing host")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"malformed address {text!r}: port must be 1-65535")
-    return host, int(port_text)
-
-
-def validate_tube(name: str) -> str:
-    """Return ``name`` if beanstalkd accepts it as a tube name, else raise ValueError."""
-    if not _TUBE_NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid tube name {name!r}: 1-{MAX_TUBE_NAME} characters of A-Z a-z 0-9 "
-            "- + / ; . $ _ ( ), not starting with '-'"
-        )
-    return name
 
 
 def parse_tubes(values: Iterable[str]) -> tuple[str, ...]:

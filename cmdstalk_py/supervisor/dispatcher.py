@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from cmdstalk_py.client.connection import CONNECTION_ERRORS, HealingConnection, Stopped
+from cmdstalk_py.client.connection import HealingConnection, Stopped
+from cmdstalk_py.client.errors import CONNECTION_ERRORS
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.budget import JobBudget

@@ -1,8 +1,9 @@
-"""``connection``: the reply reader and the kernel-enforced I/O timeout.
+"""``reader``, ``pipeline.Client`` and ``connection``: replies off real sockets.
 
 Real sockets throughout: a socketpair for the reader, a listening socket that accepts and
 never answers for the timeout. (``reply_ready`` is tested with pipelining, against both
-servers.) ``parse_stats`` is checked against greenstalk's parser on both servers' replies.
+servers.) ``Client`` is checked against greenstalk's client on both servers, and
+``parse_stats`` against greenstalk's parser on both servers' replies.
 """
 
 from __future__ import annotations
@@ -12,43 +13,62 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import greenstalk
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
 
-from cmdstalk_py.client.connection import (
+from cmdstalk_py.client.connection import HealingConnection
+from cmdstalk_py.client.errors import (
     CONNECTION_ERRORS,
-    Client,
-    HealingConnection,
-    LineReader,
-    parse_stats,
-    set_io_timeout,
+    BeanstalkdError,
+    ConnectionLost,
+    UnexpectedReply,
 )
-from tests.helpers import BeanstalkServer
+from cmdstalk_py.client.pipeline import Client, Job
+from cmdstalk_py.client.reader import Reader, set_io_timeout
+from cmdstalk_py.client.replies import parse_stats
+from cmdstalk_py.ops.observers import Observer
+from tests.helpers import BeanstalkServer, running_beanstalkd
 
 
 def test_reader_splits_lines_and_bodies_whatever_the_segments() -> None:
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        reader = LineReader(ours)
+        reader = Reader(ours)
         theirs.sendall(b"RESERVED 7 5\r\nhel")
-        assert reader.readline() == b"RESERVED 7 5\r\n"
+        assert reader.read_line() == b"RESERVED 7 5"
         assert reader.buffered == 3
         theirs.sendall(b"lo\r\nDELE")
-        assert reader.read(7) == b"hello\r\n"
+        assert reader.read_body(5) == b"hello"
         assert reader.buffered == 4
-        theirs.sendall(b"TED\r\nNOT_FOUND\r\n")
-        assert reader.readline() == b"DELETED\r\n"
-        assert reader.readline() == b"NOT_FOUND\r\n"
-        assert reader.buffered == 0
-        # End of stream: what is left, then nothing (greenstalk rejects both).
-        theirs.sendall(b"PARTIAL")
+        theirs.sendall(b"TED\r\nNOT_FOUND\r\nUSING a\r")
+        assert reader.read_line() == b"DELETED"
+        assert reader.read_line() == b"NOT_FOUND"
+        theirs.sendall(b"\nWATCHING 1\r\nWATCH")
+        assert reader.read_lines() == [b"USING a", b"WATCHING 1"]
+        assert reader.buffered == 5
+        # End of stream: a connection-level error, whatever was left.
+        theirs.sendall(b"ING 2")
         theirs.shutdown(socket.SHUT_WR)
-        assert reader.readline() == b"PARTIAL"
-        assert reader.readline() == b""
-        assert reader.read(10) == b""
+        with pytest.raises(ConnectionLost, match="Unexpected EOF"):
+            reader.read_line()
+        with pytest.raises(ConnectionLost):
+            reader.read_body(10)
+        with pytest.raises(ConnectionLost):
+            reader.read_lines()
+
+
+def test_reader_rejects_a_line_or_block_without_crlf() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        reader = Reader(ours)
+        theirs.sendall(b"DELETED\nOK 3\r\nabcXY")
+        with pytest.raises(UnexpectedReply):
+            reader.read_line()
+        assert reader.read_line() == b"OK 3"
+        with pytest.raises(UnexpectedReply):
+            reader.read_body(3)
 
 
 def test_reader_reads_a_body_larger_than_one_receive() -> None:
@@ -57,9 +77,9 @@ def test_reader_reads_a_body_larger_than_one_receive() -> None:
     sender = threading.Thread(target=theirs.sendall, args=(b"OK %d\r\n" % (len(body) - 2) + body,))
     with ours, theirs:
         sender.start()
-        reader = LineReader(ours)
-        assert reader.readline() == b"OK %d\r\n" % (len(body) - 2)
-        assert reader.read(len(body)) == body
+        reader = Reader(ours)
+        assert reader.read_line() == b"OK %d" % (len(body) - 2)
+        assert reader.read_body(len(body) - 2) == body[:-2]
         sender.join(10)
         assert reader.buffered == 0
 
@@ -97,10 +117,10 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
         sock = socket.create_connection((host, port), timeout=5)
         set_io_timeout(sock, 0.3)
         sock.settimeout(None)  # the kernel's timeout alone, as HealingConnection sets it up
-        client = Client(sock, use="default", watch="default", io_timeout=0.3)
+        client = Client(sock, io_timeout=0.3)
         started = time.monotonic()
         with pytest.raises(TimeoutError) as raised:
-            client.stats()
+            client.tubes()
         waited = time.monotonic() - started
         client.close()
     # The line a broker logs when it drops the connection.
@@ -116,7 +136,7 @@ def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
         client = connection.client()  # default tubes: nothing to send while connecting
         try:
             with pytest.raises(TimeoutError) as raised:
-                client.stats()
+                client.tubes()
         finally:
             connection.close()
     # The kernel's timeout, not a Python-level one (that one says "timed out").
@@ -124,19 +144,16 @@ def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
 
 
 
-# -- parse_stats: greenstalk's result, without its exceptions --------------------------------
+# -- parse_stats: greenstalk's result on both servers' replies ------------------------------
 
 
 def _raw_reply(sock: socket.socket, command: bytes) -> bytes:
     """The body of an ``OK <bytes>`` reply to ``command``, read off a plain socket."""
     sock.sendall(command + b"\r\n")
-    reader = LineReader(sock)
-    head = reader.readline()
+    reader = Reader(sock)
+    head = reader.read_line()
     assert head.startswith(b"OK "), head
-    size = int(head.split()[1])
-    body = reader.read(size + 2)
-    assert body.endswith(b"\r\n")
-    return body[:-2]
+    return reader.read_body(int(head.split()[1]))
 
 
 def test_parse_stats_gives_what_greenstalk_gives_for_every_stats_reply(
@@ -159,45 +176,25 @@ def test_parse_stats_gives_what_greenstalk_gives_for_every_stats_reply(
     assert (job["id"], job["tube"], job["state"], job["pri"]) == (job_id, "parse-me", "ready", 7)
 
 
-@given(
-    st.dictionaries(
-        st.from_regex(r"[a-z][a-z-]{0,15}", fullmatch=True),
-        st.one_of(
-            st.integers(-(2**63), 2**64),
-            st.from_regex(r"[A-Za-z0-9._/ +-]{0,20}", fullmatch=True),
-            st.from_regex(r'"[A-Za-z0-9.]{0,8}"', fullmatch=True),
-        ),
-    )
-)
-def test_parse_stats_matches_greenstalk_on_any_flat_yaml(fields: dict[str, object]) -> None:
-    body = ("---\n" + "".join(f"{k}: {v}\n" for k, v in fields.items())).encode()
-    values = [str(v) for v in fields.values()]
-    # greenstalk's int() also takes " 5", "+5" and "1_000", which no beanstalkd writes.
-    assume(not any(v != v.strip() or v.startswith("+") or "_" in v for v in values))
-    assert parse_stats(body) == greenstalk._parse_stats(body)
+# -- Client: greenstalk's results, and its exceptions as reply words ------------------------
 
-
-def test_parse_stats_rejects_what_is_not_a_stats_reply() -> None:
-    for body in (b"id: 1\n", b"---\nid 1\n"):
-        with pytest.raises(ValueError):
-            parse_stats(body)
-
-
-# -- reserve / stats-job / replies: greenstalk's results and exceptions, fewer calls --------
+_GREENSTALK_WORDS = {cls: word.decode() for word, cls in greenstalk.ERROR_RESPONSES.items()}
 
 
 def _outcome(step: Callable[[], object]) -> object:
-    """What a client call gave: its value, or the name of the exception it raised."""
+    """What a client call gave: its value, or the reply word of the exception it raised."""
     try:
         value = step()
-    except Exception as e:  # the exception is the result compared
-        return type(e).__name__
-    if isinstance(value, greenstalk.Job):
+    except BeanstalkdError as e:
+        return e.reply
+    except greenstalk.Error as e:
+        return _GREENSTALK_WORDS.get(type(e), type(e).__name__)
+    if isinstance(value, (greenstalk.Job, Job)):
         return ("job", value.id, value.body)
     return value
 
 
-def _session(client: greenstalk.Client[bytes], tube: str) -> list[object]:
+def _session(client: Any, tube: str) -> list[object]:
     body = bytes(range(256)) + b"\r\nRESERVED 9 9\r\n"
     steps: list[Callable[[], object]] = [
         lambda: client.use(tube),
@@ -219,8 +216,7 @@ def _session(client: greenstalk.Client[bytes], tube: str) -> list[object]:
 def test_reserve_and_stats_job_give_what_greenstalk_gives(beanstalk: BeanstalkServer) -> None:
     address = (beanstalk.host, beanstalk.port)
     plain: greenstalk.Client[bytes] = greenstalk.Client(address, encoding=None)
-    sock = socket.create_connection(address, timeout=5)
-    ours = Client(sock, use="default", watch="default")
+    ours = Client.connect(beanstalk.address, timeout=5)
     try:
         theirs_seen = _session(plain, "same-a")
         ours_seen = _session(ours, "same-b")
@@ -231,35 +227,149 @@ def test_reserve_and_stats_job_give_what_greenstalk_gives(beanstalk: BeanstalkSe
     strip = [(o[0], o[2]) if isinstance(o, tuple) and o[0] == "job" else o for o in ours_seen]
     want = [(o[0], o[2]) if isinstance(o, tuple) and o[0] == "job" else o for o in theirs_seen]
     assert strip == want
-    assert ours_seen[3] == "TimedOutError" and ours_seen[6] == "DeadlineSoonError"
-    assert ours_seen[7] == ours_seen[8] == "NotFoundError" and ours_seen[10][2] == b""  # type: ignore[index]
+    assert ours_seen[3] == "TIMED_OUT" and ours_seen[6] == "DEADLINE_SOON"
+    assert ours_seen[7] == ours_seen[8] == "NOT_FOUND" and ours_seen[10][2] == b""  # type: ignore[index]
     assert ours_seen[5][2].startswith(bytes(range(256)))  # type: ignore[index]
+
+
+def _job_of(client: Any, job_id: int) -> object:
+    """What each client's bury / release take: greenstalk a ``Job``, ours an id."""
+    return job_id if isinstance(client, Client) else greenstalk.Job(job_id, b"")
+
+
+def _more_commands(client: Any, tube: str) -> list[object]:
+    held: dict[str, int] = {}
+
+    def reserve() -> object:
+        job = client.reserve(timeout=0)
+        held["id"] = job.id
+        return job
+
+    steps: list[Callable[[], object]] = [
+        lambda: client.use(tube),
+        lambda: client.watch(tube),  # 2: default and this one
+        lambda: client.ignore("default"),  # 1
+        lambda: client.ignore(tube),  # NOT_IGNORED: the last watched tube
+        lambda: client.peek_buried(),  # NOT_FOUND: nothing buried yet
+        lambda: client.put(b"first", priority=5, ttr=30) > 0,
+        reserve,
+        lambda: client.bury(_job_of(client, held["id"]), 9),
+        lambda: client.peek_buried().body,
+        lambda: client.stats_job(held["id"])["state"],
+        lambda: client.reserve_job(held["id"]).body,
+        lambda: client.release(_job_of(client, held["id"]), 3, 0),
+        lambda: client.stats_job(held["id"])["pri"],
+        lambda: client.reserve_job(2**40),  # NOT_FOUND
+        lambda: client.stats_tube(tube)["name"],
+        lambda: client.stats_tube("no-such-tube"),  # NOT_FOUND
+        lambda: tube in client.tubes(),
+        lambda: client.delete(held["id"]),
+        lambda: client.stats_tube(tube)["current-jobs-ready"],
+    ]
+    return [_outcome(step) for step in steps]
+
+
+def test_the_other_commands_give_what_greenstalk_gives(beanstalk: BeanstalkServer) -> None:
+    plain: greenstalk.Client[bytes] = greenstalk.Client(
+        (beanstalk.host, beanstalk.port), encoding=None
+    )
+    ours = Client.connect(beanstalk.address, timeout=5)
+    try:
+        theirs_seen = _more_commands(plain, "more-a")
+        ours_seen = _more_commands(ours, "more-b")
+    finally:
+        ours.close()
+        plain.close()
+    same_tube = [o if o != "more-a" else "more-b" for o in theirs_seen]
+    assert [o[0] if isinstance(o, tuple) else o for o in ours_seen] == [
+        o[0] if isinstance(o, tuple) else o for o in same_tube
+    ]
+    assert ours_seen[1:5] == [2, 1, "NOT_IGNORED", "NOT_FOUND"]
+    assert ours_seen[8:13] == [b"first", "buried", b"first", None, 3]
 
 
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
-        (b"RESERVED 1 10\r\nabc", (ConnectionError, AssertionError)),  # EOF inside the body
-        (b"RESERVED 1 3\r\nabcXY", (ConnectionError, AssertionError)),  # no CRLF after it
-        (b"RESERVED 1\r\n", (ValueError,)),  # one number missing
-        (b"RESERVED x 1\r\n", (ValueError,)),
-        (b"HELLO 1 2\r\n", (greenstalk.UnknownResponseError,)),
-        (b"\r\n", (ValueError,)),
-        (b"RESERVED 1 3", (AssertionError,)),  # EOF before the CRLF
-        (b"", (ConnectionError,)),
+        (b"RESERVED 1 10\r\nabc", ConnectionLost),  # EOF inside the body
+        (b"RESERVED 1 3\r\nabcXY", UnexpectedReply),  # no CRLF after it
+        (b"RESERVED 1\r\n", UnexpectedReply),  # one number missing
+        (b"RESERVED x 1\r\n", UnexpectedReply),
+        (b"HELLO 1 2\r\n", UnexpectedReply),
+        (b"\r\n", UnexpectedReply),
+        (b"RESERVED 1 3\n", UnexpectedReply),  # LF without CR
+        (b"RESERVED 1 3", ConnectionLost),  # EOF before the CRLF
+        (b"", ConnectionLost),
     ],
 )
 def test_a_broken_reserve_reply_raises_a_connection_error(
-    reply: bytes, error: tuple[type[BaseException], ...]
+    reply: bytes, error: type[BaseException]
 ) -> None:
     near, far = socket.socketpair()
     try:
         far.sendall(reply)
         far.shutdown(socket.SHUT_WR)
-        client = Client(near, use="default", watch="default")
+        client = Client(near)
         with pytest.raises(CONNECTION_ERRORS) as raised:
             client.reserve(timeout=0)
         assert isinstance(raised.value, error)
+        assert not isinstance(raised.value, (ValueError, AssertionError))
     finally:
         near.close()
         far.close()
+
+
+def test_connection_errors_are_no_longer_programming_errors() -> None:
+    # A bug that raises ValueError or AssertionError must not pass for a lost server.
+    assert not any(issubclass(e, (ValueError, AssertionError)) for e in CONNECTION_ERRORS)
+
+
+# -- HealingConnection: reconnects to a restarted server with its use/watch restored --------
+
+
+class _Reconnects(Observer):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def reconnected(self, where: str, address: str) -> None:
+        self.seen.append((where, address))
+
+
+def _held_by_one(server: BeanstalkServer, tube: str) -> tuple[int, int]:
+    stats = server.client().stats_tube(tube)
+    return stats["current-using"], stats["current-watching"]
+
+
+def test_a_reconnect_restores_use_and_watch() -> None:
+    observer = _Reconnects()
+    with running_beanstalkd() as first:
+        port = first.port
+        connection = HealingConnection(
+            first.host,
+            port,
+            where="heal:0",
+            stop=threading.Event(),
+            watch="heal-watch",
+            use="heal-use",
+            max_wait=0.2,
+            observer=observer,
+        )
+        try:
+            connection.client()
+            assert _held_by_one(first, "heal-use")[0] == 1
+            assert _held_by_one(first, "heal-watch")[1] == 1
+            assert connection.connected.is_set()
+        except BaseException:
+            connection.close()
+            raise
+    try:
+        connection.drop("server restarted")
+        assert not connection.connected.is_set()
+        with running_beanstalkd(port=port) as second:
+            client = connection.client()  # a new connection: use and watch sent again
+            assert sorted(client.tubes()) == ["default", "heal-use", "heal-watch"]
+            assert _held_by_one(second, "heal-use")[0] == 1
+            assert _held_by_one(second, "heal-watch")[1] == 1
+            assert observer.seen == [("heal:0", f"127.0.0.1:{port}")]
+    finally:
+        connection.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from cmdstalk_py.spark.wire import Connection
+from cmdstalk_py.client.pipeline import Client
 
 
 def drain_tube(address: str, tube: str, window: int = 500) -> list[bytes]:
@@ -14,7 +14,7 @@ def drain_tube(address: str, tube: str, window: int = 500) -> list[bytes]:
     more is sent), then the deletes for what came back, until the server says TIMED_OUT.
     """
     bodies: list[bytes] = []
-    with Connection(address) as conn:
+    with Client.connect(address) as conn:
         conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         conn.send(b"watch %s\r\nignore default\r\n" % tube.encode())
         conn.read_line()

@@ -10,40 +10,34 @@ from contextlib import contextmanager
 
 import pytest
 
+from cmdstalk_py.client.names import DEFAULT_PORT, parse_address
 from cmdstalk_py.spark import wire
 from cmdstalk_py.spark.putter import MAX_PUT_REPLY, PutFailed, Putter
 from tests.helpers import BeanstalkServer, free_port
 from tests.spark.rawjobs import drain_tube
 
 
-def test_parse_address() -> None:
-    assert wire.parse_address("127.0.0.1:11301") == ("127.0.0.1", 11301)
-    assert wire.parse_address("example.org") == ("example.org", 11300)
-    assert wire.parse_address("[::1]:7") == ("::1", 7)
+def test_spark_addresses_default_to_port_11300() -> None:
+    assert parse_address("127.0.0.1:11301", DEFAULT_PORT) == ("127.0.0.1", 11301)
+    assert parse_address("example.org", DEFAULT_PORT) == ("example.org", 11300)
+    assert parse_address("[::1]:7", DEFAULT_PORT) == ("::1", 7)
     for bad in ("", "h:x", "h:0", "h:70000", "[::1"):
         with pytest.raises(ValueError):
-            wire.parse_address(bad)
+            parse_address(bad, DEFAULT_PORT)
 
 
-def test_check_tube_follows_the_protocol() -> None:
-    assert wire.check_tube("a-b+c/d;e.f$g_h(i)") == b"a-b+c/d;e.f$g_h(i)"
-    for bad in ("", "-lead", "sp ace", "x" * 201, "é"):
-        with pytest.raises(ValueError):
-            wire.check_tube(bad)
-    assert wire.check_tube("x" * 200)
-
-
-def test_put_command_and_stats_parsing() -> None:
+def test_put_fields_follow_the_protocol() -> None:
     assert wire.put_command(1, 2, 3, b"a\r\nb") == b"put 1 2 3 4\r\na\r\nb\r\n"
-    stats = wire.parse_stats(b"---\nid: 7\ntube: t\nstate: buried\n")
-    assert stats == {"id": "7", "tube": "t", "state": "buried"}
+    assert wire.check_u32("ttr", 2**32 - 1) == 2**32 - 1
+    for bad in (-1, 2**32):
+        with pytest.raises(ValueError, match="ttr"):
+            wire.check_u32("ttr", bad)
 
 
-def test_reply_words_map_to_exceptions() -> None:
-    assert isinstance(wire.error_for(b"JOB_TOO_BIG"), wire.JobTooBig)
-    assert isinstance(wire.error_for(b"DRAINING"), wire.Draining)
-    assert isinstance(wire.error_for(b"BURIED 12"), wire.Buried)
-    assert isinstance(wire.error_for(b"WHAT"), wire.UnexpectedReply)
+def test_putter_checks_the_tube_name_with_the_one_rule(beanstalk: BeanstalkServer) -> None:
+    for bad in ("", "-lead", "sp ace", "x" * 201, "é"):
+        with pytest.raises(ValueError, match="invalid tube name"):
+            Putter(beanstalk.address, tube=bad)
 
 
 def test_putter_puts_every_body_exactly(beanstalk: BeanstalkServer) -> None:

@@ -1,4 +1,4 @@
-"""A job's final command and the next reserve in one write (``connection.Client``, ``Broker``).
+"""A job's final command and the next reserve in one write (``pipeline.Client``, ``Broker``).
 
 Against both servers: what a client sent ahead must be visible to the server before the
 client reads its reply, replies must stay in order (errors included), and a broker that
@@ -15,7 +15,8 @@ from contextlib import contextmanager
 import greenstalk
 import pytest
 
-from cmdstalk_py.client.connection import Client
+from cmdstalk_py.client.errors import NotFound, TimedOut
+from cmdstalk_py.client.pipeline import Client
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.results import JobResult, Outcome
@@ -79,10 +80,10 @@ def test_reply_ready_sees_a_reserve_reply_sent_ahead(beanstalk: BeanstalkServer)
 def test_an_error_reply_keeps_the_replies_in_order(beanstalk: BeanstalkServer) -> None:
     with pipelined_client(beanstalk, "pipe-err") as client:
         client.reserve_next(0)
-        with pytest.raises(greenstalk.NotFoundError):
+        with pytest.raises(NotFound):
             client.delete(2**31)  # no such job
         assert client.reserve_in_flight
-        with pytest.raises(greenstalk.TimedOutError):
+        with pytest.raises(TimedOut):
             client.reserve(0)  # the tube is empty: the reserve sent ahead timed out
         assert client.stats_tube("pipe-err")["cmd-delete"] == 0
 

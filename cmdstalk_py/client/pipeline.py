@@ -1,0 +1,214 @@
+"""``Client``: a small blocking beanstalkd client that can send a command ahead.
+
+A broker finishes a job (delete / release / bury) and then reserves the next one: two
+round trips to the server per job that can be one. ``reserve_next(timeout)`` makes the
+next command go out in the same write as ``reserve-with-timeout <timeout>``; that
+command's reply is read as usual, and the following ``reserve(timeout)`` only reads the
+reply already on its way. beanstalkd answers pipelined commands in order, so nothing else
+may be sent in between (a programming error, raised as ``RuntimeError``).
+
+The raw ``send`` / ``read_line`` / ``read_body`` / ``read_lines`` are public for callers
+that pipeline many commands themselves (the Spark putter and dead-letter export). Errors:
+``errors.ReplyError`` for an error word, ``errors.CONNECTION_ERRORS`` when the connection
+is unusable. For anything that does not pipeline, greenstalk's client works as well.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, cast
+
+from cmdstalk_py.client.errors import ConnectionLost
+from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
+from cmdstalk_py.client.reader import Reader
+from cmdstalk_py.client.replies import parse_int, parse_list, parse_reply, parse_stats
+
+if TYPE_CHECKING:
+    from greenstalk import StatsJob, StatsTube
+
+DEFAULT_TUBE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A reserved or peeked job: its id and body."""
+
+    id: int
+    body: bytes
+
+
+class Client:
+    """One connection's commands (``sock`` is connected; the client closes it).
+
+    ``use``: the tube to use; ``watch``: the one tube to watch (``default`` is ignored
+    unless it is that tube). ``io_timeout`` only names the kernel's timeout in errors.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        use: str = DEFAULT_TUBE,
+        watch: str = DEFAULT_TUBE,
+        io_timeout: float | None = None,
+    ) -> None:
+        self.sock = sock
+        self._io_timeout = io_timeout
+        self._reader = Reader(sock, io_timeout)
+        self._next = b""
+        self._in_flight: bytes | None = None
+        if use != DEFAULT_TUBE:
+            self.use(use)
+        if watch != DEFAULT_TUBE:
+            self.watch(watch)
+            self.ignore(DEFAULT_TUBE)
+
+    @classmethod
+    def connect(cls, address: str, timeout: float | None = 30.0) -> Client:
+        """A client on a new connection to ``host:port`` (the port defaults to 11300);
+        ``ConnectionLost`` if it cannot connect. Socket operations time out after
+        ``timeout`` seconds (``TimeoutError``)."""
+        host, port = parse_address(address, DEFAULT_PORT)
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot connect to beanstalkd at {address}: {exc}") from exc
+        # Requests are small and answered one at a time: never let Nagle hold them.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(sock)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the server takes back any job reserved on it)."""
+        self._reader.clear()
+        self.sock.close()
+
+    # -- raw access, for callers that pipeline themselves ------------------------------
+
+    def send(self, data: bytes | bytearray) -> None:
+        """Send ``data`` (whole requests) as they are."""
+        try:
+            self.sock.sendall(data)
+        except BlockingIOError:  # the kernel's send timeout (``set_io_timeout``)
+            raise TimeoutError(f"server not reading for {self._io_timeout:g}s") from None
+
+    def read_line(self) -> bytes:
+        """The next reply line, without its CRLF."""
+        return self._reader.read_line()
+
+    def read_body(self, size: int) -> bytes:
+        """A reply's data block of ``size`` bytes (its CRLF is read too)."""
+        return self._reader.read_body(size)
+
+    def read_lines(self, size: int = 262144) -> list[bytes]:
+        """Every complete reply line that has come, waiting for at least one ``recv``."""
+        return self._reader.read_lines(size)
+
+    # -- the next reserve sent ahead ---------------------------------------------------
+
+    def reserve_next(self, timeout: int) -> None:
+        """Send ``reserve-with-timeout <timeout>`` together with the next command."""
+        self._next = b"reserve-with-timeout %d" % timeout
+
+    @property
+    def reserve_in_flight(self) -> bool:
+        """A reserve was sent whose reply has not been read yet."""
+        return self._in_flight is not None
+
+    def reply_ready(self, wait: float) -> bool:
+        """The reply to a reserve sent ahead arrives within ``wait`` seconds (or is here)."""
+        if self._in_flight is None:
+            return False
+        if self._reader.buffered:
+            return True  # usually: it came in the same segment as the reply before it
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        try:
+            return bool(poller.poll(max(0, int(wait * 1000))))
+        except OSError:
+            return False
+
+    def _command(self, cmd: bytes, expected: bytes, arity: int = 0) -> list[bytes]:
+        if self._in_flight is not None:
+            if cmd != self._in_flight:
+                raise RuntimeError(f"{cmd!r} sent while {self._in_flight!r} is unanswered")
+            self._in_flight = None  # already sent: only its reply is read
+        elif self._next:
+            follow, self._next = self._next, b""
+            # Marked before the write: whatever happens to this command, its follower
+            # was sent (or the connection is broken and gets dropped).
+            self._in_flight = follow
+            self.send(cmd + b"\r\n" + follow + b"\r\n")
+        else:
+            self.send(cmd + b"\r\n")
+        return parse_reply(self._reader.read_line(), expected, arity)
+
+    def _job(self, cmd: bytes, expected: bytes) -> Job:
+        job_id, size = self._command(cmd, expected, 2)
+        return Job(parse_int(job_id), self._reader.read_body(parse_int(size)))
+
+    def _data(self, cmd: bytes) -> bytes:
+        (size,) = self._command(cmd, b"OK", 1)
+        return self._reader.read_body(parse_int(size))
+
+    # -- commands ----------------------------------------------------------------------
+
+    def use(self, tube: str) -> None:
+        self._command(b"use %s" % tube_bytes(tube), b"USING", 1)
+
+    def watch(self, tube: str) -> int:
+        """Watch ``tube``; the number of tubes watched."""
+        return parse_int(self._command(b"watch %s" % tube_bytes(tube), b"WATCHING", 1)[0])
+
+    def ignore(self, tube: str) -> int:
+        """Stop watching ``tube``; the number of tubes watched (``NotIgnored`` if none)."""
+        return parse_int(self._command(b"ignore %s" % tube_bytes(tube), b"WATCHING", 1)[0])
+
+    def put(self, body: bytes, priority: int = 2**16, delay: int = 0, ttr: int = 60) -> int:
+        """Put a job in the used tube; its id (``Buried`` if the server buried it)."""
+        head = b"put %d %d %d %d\r\n%s" % (priority, delay, ttr, len(body), body)
+        return parse_int(self._command(head, b"INSERTED", 1)[0])
+
+    def reserve(self, timeout: int | None = None) -> Job:
+        """The next job from the watched tubes (``TimedOut``, ``DeadlineSoon``)."""
+        cmd = b"reserve" if timeout is None else b"reserve-with-timeout %d" % timeout
+        return self._job(cmd, b"RESERVED")
+
+    def reserve_job(self, job_id: int) -> Job:
+        return self._job(b"reserve-job %d" % job_id, b"RESERVED")
+
+    def peek_buried(self) -> Job:
+        """The head of the used tube's buried list (``NotFound`` when it has none)."""
+        return self._job(b"peek-buried", b"FOUND")
+
+    def delete(self, job_id: int) -> None:
+        self._command(b"delete %d" % job_id, b"DELETED")
+
+    def release(self, job_id: int, priority: int, delay: int = 0) -> None:
+        self._command(b"release %d %d %d" % (job_id, priority, delay), b"RELEASED")
+
+    def bury(self, job_id: int, priority: int) -> None:
+        self._command(b"bury %d %d" % (job_id, priority), b"BURIED")
+
+    def stats_job(self, job_id: int) -> StatsJob:
+        return cast("StatsJob", parse_stats(self._data(b"stats-job %d" % job_id)))
+
+    def stats_tube(self, tube: str) -> StatsTube:
+        return cast("StatsTube", parse_stats(self._data(b"stats-tube %s" % tube_bytes(tube))))
+
+    def tubes(self) -> list[str]:
+        """Every tube on the server (``list-tubes``)."""
+        return parse_list(self._data(b"list-tubes"))

@@ -2,8 +2,9 @@
 
 Modules:
 
-- ``names``: the project's one tube-name rule and ``host:port`` parser (stdlib only: the
-  server and the command lines import it without pulling in a client);
+- ``names``: the project's one tube-name rule, ``host:port`` parser and check of a put's
+  numbers (stdlib only: the server and the command lines import it without pulling in a
+  client);
 - ``errors``: the exception classes and ``ERROR_REPLIES``, the one table from reply words
   to them; ``CONNECTION_ERRORS``, what an unusable connection raises;
 - ``replies``: pure parsers of reply lines, stats YAML and lists;

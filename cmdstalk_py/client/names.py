@@ -1,4 +1,4 @@
-"""Tube names and server addresses: the project's one rule for each (stdlib only).
+"""Tube names, server addresses and a put's numbers: the project's one rule for each.
 
 The tube-name rule is beanstalkd's (``tube.c`` / ``prot.c``): 1-200 bytes of
 ``A-Z a-z 0-9 - + / ; . $ _ ( )``, not starting with ``-``. The supervisor's options, the
@@ -12,6 +12,7 @@ import re
 
 DEFAULT_PORT = 11300
 MAX_TUBE_NAME = 200
+MAX_U32 = 2**32 - 1  # priority, delay and TTR are unsigned 32-bit fields
 
 #: The bytes a tube name may contain (the first may not be ``-``).
 TUBE_NAME_CHARS = frozenset(
@@ -77,3 +78,10 @@ def _bare_host(text: str) -> bool:
 def format_address(host: str, port: int) -> str:
     """``host:port`` as written on a command line (IPv6 hosts in brackets)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def check_u32(name: str, value: int) -> int:
+    """``value`` if it fits the protocol's unsigned 32-bit fields, else ValueError."""
+    if not 0 <= value <= MAX_U32:
+        raise ValueError(f"{name} {value} is outside 0..{MAX_U32}")
+    return value

@@ -8,8 +8,8 @@ Modules:
 - ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command);
   ``session``: a local-friendly SparkSession; ``progress``: progress lines on a terminal.
 - ``datasource``: the ``beanstalkd`` data source, ``enqueue``, ``enqueue_stream`` and
-  ``with_idempotency_key``; ``putter``: pipelined puts in bounded windows (no Spark);
-  ``wire``: what the Spark tools need of the protocol (no Spark).
+  ``with_idempotency_key``; ``putter``: pipelined puts in bounded windows (no Spark; the
+  protocol itself is ``cmdstalk_py.client``'s).
 - ``eventlog``: reading the supervisor's event log (schema v1) with a fixed schema;
   ``report``: metrics per tube and window and the files ``report`` writes; ``charts``:
   its PNG charts and HTML page.

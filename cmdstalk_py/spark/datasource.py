@@ -50,9 +50,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
+from cmdstalk_py.client.names import DEFAULT_PORT, check_u32, parse_address, tube_bytes
 from cmdstalk_py.spark.putter import Putter
-from cmdstalk_py.spark.wire import check_u32
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -24,9 +24,8 @@ from types import TracebackType
 from typing import NoReturn
 
 from cmdstalk_py.client.errors import BeanstalkdError, ConnectionLost, error_for
-from cmdstalk_py.client.names import tube_bytes
+from cmdstalk_py.client.names import check_u32, tube_bytes
 from cmdstalk_py.client.pipeline import Client
-from cmdstalk_py.spark.wire import check_u32
 
 MAX_PUT_REPLY = len(b"INSERTED 18446744073709551615\r\n")
 USE_REPLY_OVERHEAD = len(b"USING \r\n")

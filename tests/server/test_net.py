@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cmdstalk_py.server import conn, framing, net
+from cmdstalk_py.server import conn, net
 from cmdstalk_py.server.embedded import EmbeddedServer
 from tests.helpers import accepts_connections, wait_until
 
@@ -217,7 +217,7 @@ def test_slow_reader_is_bounded_and_does_not_block_others(srv: EmbeddedServer) -
     def held() -> tuple[int, int, bool]:
         def probe(server: net.Server) -> tuple[int, int, bool]:
             conn = max(server.connections.values(), key=lambda c: c.out_size)
-            return conn.out_size, conn.parts_len, conn.write_paused
+            return conn.out_size, conn.framer.buffered, conn.backed_up
 
         result: tuple[int, int, bool] = srv.call(probe)
         return result
@@ -226,7 +226,7 @@ def test_slow_reader_is_bounded_and_does_not_block_others(srv: EmbeddedServer) -
     wait_until(lambda: held()[2], timeout=20, message="server holds back the slow reader")
     sender.join(timeout=10)
     out_buffered, in_buffered, _ = held()
-    assert out_buffered <= conn.WRITE_HIGH + framing.FLUSH_AT + 2 * size
+    assert out_buffered <= conn.WRITE_HIGH + conn.FLUSH_AT + 2 * size
     assert in_buffered <= conn.INPUT_LIMIT
     other = Client.to(srv)
     other.send(b"list-tube-used\r\n")

@@ -422,7 +422,8 @@ class ServerConn:
                 out_size = 0
                 if self.backed_up:
                     break
-        self.flush(out)
+        if out:
+            self.send(out[0] if len(out) == 1 else b"".join(out))
         if event is None and framer.eof:
             self.close_when_done()
         elif framer.buffered > INPUT_LIMIT:

@@ -112,16 +112,8 @@ class Framer:
 
     def next_event(self) -> Event | None:
         """The next complete event, or None when it needs more input."""
-        mode = self.mode
-        if mode is Mode.LINE:
-            return self._line()
-        if mode is Mode.LONG_LINE:
-            return self._long_line()
-        return self._chunk()
-
-    # ---------------------------------------------------------------- lines
-
-    def _line(self) -> Event | None:
+        if self.mode is not Mode.LINE:
+            return self._long_line() if self.mode is Mode.LONG_LINE else self._chunk()
         buf = self._buf
         pos = self._pos
         n = len(buf)
@@ -131,9 +123,10 @@ class Framer:
         i = buf.find(b"\r", pos, end - 1)
         if i < 0 or buf[i + 1] != 10:
             if end - pos < _WINDOW:
-                return self._line() if self._join() else None
+                return self.next_event() if self._join() else None
             # A full window without a line end: drop it, then discard up to a CRLF.
             self._pos = end
+            # LINE -> LONG_LINE
             self.mode = Mode.LONG_LINE
             return self._long_line()
         cmd = _parse(buf[pos:i], self.max_job_size)
@@ -145,6 +138,8 @@ class Framer:
             # LINE -> SKIP
             self._announce(cmd, Mode.SKIP, cmd.skip)
         return cmd
+
+    # ---------------------------------------------------------------- lines past the window
 
     def _long_line(self) -> Event | None:
         while True:

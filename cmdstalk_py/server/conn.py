@@ -15,13 +15,13 @@ not durable yet (see ``net``).
 
 from __future__ import annotations
 
-import enum
 import socket
 import sys
 import time
 from select import EPOLLIN, EPOLLOUT
 from typing import TYPE_CHECKING
 
+from cmdstalk_py.server.conn_state import TRANSITIONS, State
 from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
 from cmdstalk_py.server.protocol import TIMED_OUT
 from cmdstalk_py.server.verbs import Put, Quit, Rejected
@@ -29,15 +29,7 @@ from cmdstalk_py.server.verbs import Put, Quit, Rejected
 if TYPE_CHECKING:
     from cmdstalk_py.server.net import Server
 
-__all__ = [
-    "FLUSH_AT",
-    "INPUT_LIMIT",
-    "RECV_SIZE",
-    "WRITE_HIGH",
-    "WRITE_LOW",
-    "ServerConn",
-    "State",
-]
+__all__ = ["FLUSH_AT", "INPUT_LIMIT", "RECV_SIZE", "WRITE_HIGH", "WRITE_LOW", "ServerConn", "State"]
 
 #: Bytes asked of the kernel per read, into a buffer shared by the connections of one
 #: server (so that a read does not allocate a fresh buffer of that size).
@@ -56,30 +48,11 @@ FLUSH_AT = 1 << 18
 _clock = time.monotonic
 
 
-class State(enum.Enum):
-    """Where a connection is in its life; the transitions are ``ServerConn``'s ``_become``."""
-
-    OPEN = "open"  # commands run as they arrive
-    WAITING = "waiting"  # a reserve waits for a job; later commands wait behind it
-    CLOSING = "closing"  # quit or end of input: no more commands; closes once output is out
-    BROKEN = "broken"  # a send failed: output dropped, torn down on the next loop iteration
-    CLOSED = "closed"  # socket closed, session ended
-
-
 _OPEN = State.OPEN
 _WAITING = State.WAITING
 _CLOSING = State.CLOSING
 _BROKEN = State.BROKEN
 _CLOSED = State.CLOSED
-
-#: Every allowed transition, by the state it leaves.
-TRANSITIONS: dict[State, frozenset[State]] = {
-    _OPEN: frozenset({_WAITING, _CLOSING, _BROKEN, _CLOSED}),
-    _WAITING: frozenset({_OPEN, _BROKEN, _CLOSED}),
-    _CLOSING: frozenset({_BROKEN, _CLOSED}),
-    _BROKEN: frozenset({_CLOSED}),
-    _CLOSED: frozenset(),
-}
 
 
 class ServerConn:
@@ -296,7 +269,7 @@ class ServerConn:
             self._write(data)
 
     def flush(self, out: list[bytes]) -> None:
-        """Send the replies collected so far."""
+        """Send the replies collected so far, in one piece."""
         if out:
             self.send(out[0] if len(out) == 1 else b"".join(out))
 
@@ -369,9 +342,8 @@ class ServerConn:
     def _run_commands(self) -> None:
         """Run the complete commands in the input, in order, with one write for the batch.
 
-        Stops at a blocked reserve (the rest waits), at ``quit``, and when the output
-        backs up; whatever is not run stays in the framer. At the end of the input, closes
-        once nothing complete is left.
+        Stops at a blocked reserve, at ``quit`` and when the output backs up (the rest
+        stays in the framer); at the end of input, closes once nothing complete is left.
         """
         framer = self.framer
         next_event = framer.next_event
@@ -383,10 +355,7 @@ class ServerConn:
         # Puts of one batch share one clock reading: their jobs then share one float
         # object for their creation time, which matters on pipelined fills.
         put_now = _clock()
-        while True:
-            event = next_event()
-            if event is None:
-                break
+        while (event := next_event()) is not None:
             kind = type(event)
             if kind is PutBody:
                 reply: bytes | None = engine.put(session, event.put, event.body, put_now)  # type: ignore[union-attr]
@@ -422,8 +391,7 @@ class ServerConn:
                 out_size = 0
                 if self.backed_up:
                     break
-        if out:
-            self.send(out[0] if len(out) == 1 else b"".join(out))
+        self.flush(out)
         if event is None and framer.eof:
             self.close_when_done()
         elif framer.buffered > INPUT_LIMIT:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.framing import (
@@ -87,6 +91,14 @@ def test_pipeline_split_at_every_byte_boundary() -> None:
         events, framer = feed([PIPELINE[:cut], PIPELINE[cut:]])
         assert events == EXPECTED, cut
         assert framer.buffered == 0, cut
+
+
+@given(cuts=st.lists(st.integers(0, len(PIPELINE)), max_size=12))
+def test_pipeline_in_any_pieces(cuts: list[int]) -> None:
+    bounds = [0, *sorted(cuts), len(PIPELINE)]
+    events, framer = feed([PIPELINE[a:b] for a, b in pairwise(bounds)])
+    assert events == EXPECTED
+    assert framer.buffered == 0
 
 
 def test_pipeline_byte_by_byte() -> None:

@@ -1,73 +1,80 @@
-"""One client connection: reading, flow control, its own output buffer, closing.
+"""The server's end of one client connection: I/O, flow control, its state, closing.
 
-Connections are watched directly by the server's ``loop.Loop`` (its epoll set): a
-readable socket costs one ``recv_into``, its replies one ``send`` (that is most of what a
-request costs in Python). What the bytes mean is ``framing``'s business.
-Replies to one batch of input go out together. A blocked reserve holds the connection's
-later commands until it is answered.
+A ``ServerConn`` is watched directly by the server's ``loop.Loop`` (its epoll set): a
+readable socket costs one ``recv_into``, its replies one ``send``. What the bytes mean is
+the ``framing.Framer``'s business: the connection feeds it what it reads, runs the events
+that come out against the engine, and writes the replies of one batch together. A
+blocked reserve holds the connection's later commands until it is answered.
 
 Memory per connection is bounded: unprocessed input past ``INPUT_LIMIT`` stops reading
-(the kernel buffers the rest), unsent output past ``WRITE_HIGH`` stops processing input
-until it drains below ``WRITE_LOW``. Every reply goes through ``send``, which holds it
-back while a ``-f 0`` binlog has changes that are not durable yet (see ``net``).
+while commands are held back (the kernel buffers the rest), unsent output past
+``WRITE_HIGH`` stops processing input until it drains below ``WRITE_LOW``. Every reply
+goes through ``send``, which holds it back while a ``-f 0`` binlog has changes that are
+not durable yet (see ``net``).
 """
 
 from __future__ import annotations
 
 import socket
 import sys
+import time
 from select import EPOLLIN, EPOLLOUT
 from typing import TYPE_CHECKING
 
-from cmdstalk_py.server import protocol as p
-from cmdstalk_py.server.framing import BODY, CMD, SKIP, process
+from cmdstalk_py.server.conn_state import TRANSITIONS, State
+from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
+from cmdstalk_py.server.protocol import TIMED_OUT
+from cmdstalk_py.server.verbs import Put, Quit, Rejected
 
 if TYPE_CHECKING:
     from cmdstalk_py.server.net import Server
 
+__all__ = ["FLUSH_AT", "INPUT_LIMIT", "RECV_SIZE", "WRITE_HIGH", "WRITE_LOW", "ServerConn", "State"]
+
 #: Bytes asked of the kernel per read, into a buffer shared by the connections of one
-#: server (a fresh 256 KiB bytes object per ``recv`` can cost an mmap/munmap pair).
+#: server (so that a read does not allocate a fresh buffer of that size).
 RECV_SIZE = 1 << 18
-#: Stop reading from a connection holding this much unprocessed input (blocked reserve,
-#: or a client that does not read its replies); the kernel buffers the rest.
+#: Stop reading from a connection holding this much unprocessed input while its commands
+#: are held back (blocked reserve, or a client that does not read its replies); the
+#: kernel buffers the rest.
 INPUT_LIMIT = 1 << 20
 #: Unsent output above which the connection stops processing input, and below which
 #: (after that) it starts again.
 WRITE_HIGH = 1 << 20
 WRITE_LOW = WRITE_HIGH // 4
+#: Send replies mid-batch once this many bytes are pending, to notice a slow reader.
+FLUSH_AT = 1 << 18
+
+_clock = time.monotonic
 
 
-class Connection:
-    """One client connection and its engine session."""
+_OPEN = State.OPEN
+_WAITING = State.WAITING
+_CLOSING = State.CLOSING
+_BROKEN = State.BROKEN
+_CLOSED = State.CLOSED
+
+
+class ServerConn:
+    """The server's end of one client connection, and its engine session."""
 
     __slots__ = (
-        "blocked",
-        "broken",
-        "close_when_sent",
-        "closed",
-        "closing",
+        "backed_up",
         "engine",
-        "eof",
         "fd",
+        "framer",
         "held",
         "held_size",
         "hold",
         "mask",
-        "mode",
-        "need",
         "out",
         "out_size",
-        "parts",
-        "parts_len",
-        "put",
         "rbuf",
-        "read_paused",
-        "resume_scheduled",
         "server",
         "session",
-        "skip_reply",
         "sock",
-        "write_paused",
+        "state",
+        "withheld",
     )
 
     def __init__(self, server: Server, sock: socket.socket) -> None:
@@ -76,22 +83,13 @@ class Connection:
         self.sock = sock
         self.fd = sock.fileno()
         self.rbuf = server.recv_buffer
-        self.mode = CMD
-        # Unprocessed input kept between reads.
-        self.parts: list[bytes] = []
-        self.parts_len = 0
-        self.put: p.Put | None = None
-        self.need = 0  # bytes still wanted in BODY / SKIP mode
-        self.skip_reply = b""
-        self.blocked = False  # waiting in a reserve
-        self.write_paused = False  # too much output waiting: input is not processed
-        self.read_paused = False  # too much input waiting: the socket is not read
-        self.eof = False  # the client half-closed
-        self.closing = False  # no more input is processed (quit, EOF done, broken)
-        self.closed = False  # socket closed, session ended
-        self.broken = False  # a send failed: torn down on the next loop iteration
-        self.close_when_sent = False  # close once the output (held replies too) is out
-        self.resume_scheduled = False
+        self.framer = Framer(self.engine.max_job_size)
+        self.state = _OPEN
+        # Flow control, not a state: unsent (or held) output passed WRITE_HIGH and has not
+        # drained to WRITE_LOW yet, so input waits. It can start while WAITING.
+        self.backed_up = False
+        #: The reply of a put rejected with JOB_TOO_BIG, due once its body is thrown away.
+        self.withheld: bytes | None = None
         self.out: list[bytes] = []  # output the kernel did not take yet
         self.out_size = 0
         # -f 0: replies waiting for the journal's next fsync (see Server._journal_tick).
@@ -101,6 +99,73 @@ class Connection:
         self.mask = EPOLLIN
         self.session = self.engine.connect(self)
 
+    # ---------------------------------------------------------------- state transitions
+
+    def _become(self, new: State) -> None:
+        """The one place ``state`` changes (callers name the transition in a comment)."""
+        assert new in TRANSITIONS[self.state], (self.state, new)
+        self.state = new
+
+    def _wait(self) -> None:
+        # OPEN -> WAITING: a reserve found no job.
+        self._become(_WAITING)
+
+    def deliver(self, reply: bytes) -> None:
+        """The blocked reserve got its answer; go on with the held commands."""
+        if self.state is not _WAITING:
+            return  # broken or closed meanwhile: the reply goes nowhere
+        # WAITING -> OPEN: the engine answered the reserve.
+        self._become(_OPEN)
+        self.send(reply)
+        if self.framer.buffered or self.framer.eof:
+            self._schedule_resume()
+
+    def _abort_wait(self) -> None:
+        reply = self.engine.abort_wait(self.session)
+        # WAITING -> OPEN: the client half-closed, the reserve times out now.
+        self._become(_OPEN)
+        if reply is not None:
+            self.send(reply)
+
+    def close_when_done(self) -> None:
+        """quit or EOF: close once every reply is out (held ones go first)."""
+        if self.state is not _OPEN:
+            return  # broken (torn down soon) or already closing
+        # OPEN -> CLOSING
+        self._become(_CLOSING)
+        if self.held or self.out:
+            self._update_mask()
+        else:
+            self.teardown()
+
+    def send_failed(self) -> None:
+        """The peer is gone: drop output, end the connection on the next loop iteration."""
+        if self.state in (_BROKEN, _CLOSED):
+            return
+        # OPEN/WAITING/CLOSING -> BROKEN. Not torn down at once: the batch being processed
+        # still uses the session; its replies go nowhere.
+        self._become(_BROKEN)
+        self.out = []
+        self.out_size = 0
+        self.server.loop.call_soon(self._teardown_later)
+
+    def teardown(self) -> None:
+        """Close the socket and end the session: its reserved jobs go back at once."""
+        if self.state is _CLOSED:
+            return
+        # any -> CLOSED
+        self._become(_CLOSED)
+        server = self.server
+        server.forget(self)
+        self.sock.close()
+        self.out = []
+        self.held = []
+        self.engine.disconnect(self.session, server.loop.time())
+
+    def _teardown_later(self) -> None:
+        self.teardown()
+        self.server.after_batch()
+
     # ---------------------------------------------------------------- socket events
 
     def on_events(self, ev: int) -> None:
@@ -108,7 +173,7 @@ class Connection:
         if ev & EPOLLIN:
             self.readable()
         if ev & EPOLLOUT:
-            if not self.closed and self.out:
+            if self.state is not _CLOSED and self.out:
                 self.writable()
         elif not ev & EPOLLIN:
             # Only an error or hang-up, on a socket we were not reading: the peer is
@@ -128,42 +193,15 @@ class Connection:
         if not got:
             self._on_eof()
             return
-        data = buffer[:got].tobytes()
-        # Fast path: nothing held back, reading commands.
-        if not self.parts and self.mode == CMD and not (
-            self.blocked or self.write_paused or self.closing
-        ):
-            try:
-                process(self, [], data)
-            except Exception as exc:  # never let one client take the server down
-                self._drop(exc)
-            return
-        if self.closing:
-            return
-        if self.mode == SKIP and not self.parts:
-            # JOB_TOO_BIG: discard without keeping anything.
-            need = self.need
-            if len(data) < need:
-                self.need = need - len(data)
-                return
-            data = data[need:]
-            self.need = 0
-            self.mode = CMD
-            self._answer([self.skip_reply], data)
-            return
-        self.parts.append(data)
-        self.parts_len += len(data)
-        if self.blocked or self.write_paused:
-            # Held back: keep it, up to a bound; past it the kernel buffers the rest.
-            if self.parts_len > INPUT_LIMIT:
-                self._pause_reading()
-            return
-        if self.mode == BODY and self.parts_len < self.need:
-            return
-        data = b"".join(self.parts)
-        self.parts = []
-        self.parts_len = 0
-        self._answer([], data)
+        state = self.state
+        if state is not _OPEN and state is not _WAITING:
+            return  # closing: input is no longer wanted
+        framer = self.framer
+        framer.receive_data(buffer[:got].tobytes())
+        if state is _OPEN and not self.backed_up:
+            self._run()
+        elif framer.buffered > INPUT_LIMIT:
+            self._update_mask()  # held back past the bound: the kernel buffers the rest
 
     def writable(self) -> None:
         """The kernel takes output again."""
@@ -182,32 +220,32 @@ class Connection:
         else:
             self.out = []
             self.out_size = 0
-            if self.close_when_sent and not self.held:
+            if self.state is _CLOSING and not self.held:
                 self.teardown()
                 return
         self._update_mask()
         self._maybe_unpause()
 
     def _on_eof(self) -> None:
-        self.eof = True
+        self.framer.receive_data(b"")
         self._update_mask()
-        if self.blocked:
-            reply = self.engine.abort_wait(self.session)
-            self.blocked = False
-            if reply is not None:
-                self.send(reply)
-        if not self.write_paused:
+        if self.state is _WAITING:
+            self._abort_wait()
+        if not self.backed_up:
             self._resume()
 
-    def _pause_reading(self) -> None:
-        if not self.read_paused:
-            self.read_paused = True
-            self._update_mask()
-
     def _update_mask(self) -> None:
-        if self.closed:
+        state = self.state
+        if state is _CLOSED:
             return
-        mask = 0 if (self.eof or self.read_paused or self.closing) else EPOLLIN
+        reading = (
+            (state is _OPEN or state is _WAITING)
+            and not self.framer.eof
+            and not (
+                (state is _WAITING or self.backed_up) and self.framer.buffered > INPUT_LIMIT
+            )
+        )
+        mask = EPOLLIN if reading else 0
         if self.out:
             mask |= EPOLLOUT
         if mask != self.mask:
@@ -226,166 +264,135 @@ class Connection:
             self.held_size += len(data)
             if self.held_size > WRITE_HIGH:
                 # Bound what one connection can pile up while the disk is slow or failing.
-                self.write_paused = True
+                self.backed_up = True
         else:
             self._write(data)
+
+    def flush(self, out: list[bytes]) -> None:
+        """Send the replies collected so far, in one piece."""
+        if out:
+            self.send(out[0] if len(out) == 1 else b"".join(out))
 
     def _write(self, data: bytes) -> None:
         if self.out:
             self.out.append(data)
             self.out_size += len(data)
             if self.out_size > WRITE_HIGH:
-                self.write_paused = True
+                self.backed_up = True
             return
-        if self.closed or self.broken:
+        if self.state is _BROKEN or self.state is _CLOSED:
             return
         try:
             n = self.sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError:
-            # The peer is gone. Not torn down here: the batch being processed still uses
-            # the session; its replies go nowhere.
             self.send_failed()
             return
         if n < len(data):
-            self.queue_rest(data[n:])
-
-    def queue_rest(self, rest: bytes) -> None:
-        """The kernel took only part of a reply: keep ``rest`` (nothing was queued before)."""
-        self.out.append(rest)
-        self.out_size = len(rest)
-        if self.out_size > WRITE_HIGH:
-            self.write_paused = True
-        self._update_mask()
+            # The kernel took only part of it (and nothing was queued before).
+            rest = data[n:]
+            self.out.append(rest)
+            self.out_size = len(rest)
+            if self.out_size > WRITE_HIGH:
+                self.backed_up = True
+            self._update_mask()
 
     def release_held(self) -> None:
         """The journal synced: write the held replies (and close if that was asked)."""
         data = b"".join(self.held)
         self.held = []
         self.held_size = 0
-        if self.closed:
+        if self.state is _CLOSED:
             return
         self._write(data)
-        if self.close_when_sent and not self.out:
+        if self.state is _CLOSING and not self.out:
             self.teardown()
             return
         self._maybe_unpause()
 
     def _maybe_unpause(self) -> None:
-        if self.write_paused and self.out_size <= WRITE_LOW and self.held_size <= WRITE_HIGH:
-            self.write_paused = False
+        if self.backed_up and self.out_size <= WRITE_LOW and self.held_size <= WRITE_HIGH:
+            self.backed_up = False
             self._schedule_resume()
-
-    def send_failed(self) -> None:
-        """The peer is gone: drop output, end the connection on the next loop iteration."""
-        if not self.broken:
-            self.broken = True
-            self.closing = True
-            self.out = []
-            self.out_size = 0
-            self.server.loop.call_soon(self._teardown_later)
-
-    def _teardown_later(self) -> None:
-        self.teardown()
-        self.server.after_batch()
-
-    def close_when_done(self) -> None:
-        """quit or EOF: close once every reply is out (held ones go first)."""
-        self.closing = True
-        if self.held or self.out:
-            self.close_when_sent = True
-            self._update_mask()
-        else:
-            self.teardown()
-
-    def teardown(self) -> None:
-        """Close the socket and end the session: its reserved jobs go back at once."""
-        if self.closed:
-            return
-        self.closed = True
-        self.closing = True
-        server = self.server
-        server.forget(self)
-        self.sock.close()
-        self.parts = []
-        self.out = []
-        self.held = []
-        self.engine.disconnect(self.session, server.loop.time())
 
     # ---------------------------------------------------------------- processing
 
-    def deliver(self, reply: bytes) -> None:
-        """The blocked reserve got its answer; go on with the held commands."""
-        self.blocked = False
-        if self.closing:
-            return
-        self.send(reply)
-        if self.parts or self.eof:
-            self._schedule_resume()
-
     def _schedule_resume(self) -> None:
-        if not self.resume_scheduled:
-            self.resume_scheduled = True
-            self.server.loop.call_soon(self._resume_soon)
+        # Idempotent: a second resume finds nothing new to run.
+        self.server.loop.call_soon(self._resume_soon)
 
     def _resume_soon(self) -> None:
         self._resume()
         self.server.after_batch()
 
     def _resume(self) -> None:
-        self.resume_scheduled = False
-        if self.closing or self.blocked or self.write_paused:
+        if self.state is not _OPEN or self.backed_up:
             return
-        data = b"".join(self.parts)
-        self.parts = []
-        self.parts_len = 0
-        if self.read_paused:
-            self.read_paused = False
-            self._update_mask()
-        if self.mode == SKIP:
-            take = min(self.need, len(data))
-            self.need -= take
-            data = data[take:]
-            if self.need:
-                self.finish_eof()
-                return
-            self.mode = CMD
-            self._answer([self.skip_reply], data)
-            return
-        if self.mode == BODY and len(data) < self.need:
-            if data:
-                self.parts = [data]
-                self.parts_len = len(data)
-            self.finish_eof()
-            return
-        self._answer([], data)
+        self._run()
+        self._update_mask()  # reading may have stopped while the input was held
 
-    def finish_eof(self) -> None:
-        """After a half-close: close once nothing is waiting any more."""
-        if self.eof and not self.blocked and not self.closing:
-            self.close_when_done()
-
-    def _answer(self, out: list[bytes], data: bytes) -> None:
+    def _run(self) -> None:
         try:
-            process(self, out, data)
+            self._run_commands()
         except Exception as exc:  # never let one client take the server down
-            self._drop(exc)
+            print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
+            self.teardown()
 
-    def _drop(self, exc: Exception) -> None:
-        print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
-        self.teardown()
+    def _run_commands(self) -> None:
+        """Run the complete commands in the input, in order, with one write for the batch.
 
-    def keep_input(self, data: bytes, pos: int) -> None:
-        """Keep ``data[pos:]`` (an incomplete line or body) for the next read."""
-        if pos < len(data):
-            rest = data[pos:] if pos else data
-            self.parts = [rest]
-            self.parts_len = len(rest)
-            if self.parts_len > INPUT_LIMIT and (self.blocked or self.write_paused):
-                self._pause_reading()
-
-    def flush(self, out: list[bytes]) -> None:
-        """Send the replies collected so far."""
-        if out:
-            self.send(out[0] if len(out) == 1 else b"".join(out))
+        Stops at a blocked reserve, at ``quit`` and when the output backs up (the rest
+        stays in the framer); at the end of input, closes once nothing complete is left.
+        """
+        framer = self.framer
+        next_event = framer.next_event
+        engine = self.engine
+        execute = engine.execute
+        session = self.session
+        out: list[bytes] = []
+        out_size = 0
+        # Puts of one batch share one clock reading: their jobs then share one float
+        # object for their creation time, which matters on pipelined fills.
+        put_now = _clock()
+        while (event := next_event()) is not None:
+            kind = type(event)
+            if kind is PutBody:
+                reply: bytes | None = engine.put(session, event.put, event.body, put_now)  # type: ignore[union-attr]
+            elif kind is Put:
+                engine.begin_put(session)
+                continue
+            elif kind is Rejected:
+                reply = execute(session, event, 0.0)  # type: ignore[arg-type]
+                if event.skip:  # type: ignore[union-attr]
+                    self.withheld = reply  # due once the announced body is thrown away
+                    continue
+            elif kind is BodySkipped:
+                reply = self.withheld
+                self.withheld = None
+            elif kind is Quit:
+                self.flush(out)
+                self.close_when_done()
+                return
+            else:
+                # The clock is read per command, like 1.12: times in replies must not lag.
+                reply = execute(session, event, _clock())  # type: ignore[arg-type]
+                if reply is None:
+                    if not framer.eof:
+                        self._wait()
+                        break
+                    reply = engine.abort_wait(session) or TIMED_OUT
+            if reply is not None:
+                out.append(reply)
+                out_size += len(reply)
+            if out_size > FLUSH_AT:
+                self.flush(out)
+                out = []
+                out_size = 0
+                if self.backed_up:
+                    break
+        self.flush(out)
+        if event is None and framer.eof:
+            self.close_when_done()
+        elif framer.buffered > INPUT_LIMIT:
+            self._update_mask()

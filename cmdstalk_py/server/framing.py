@@ -1,153 +1,214 @@
-"""Framing and pipelining: turning a connection's input bytes into commands and replies.
+"""Framing, sans-IO: a connection's input bytes in, its commands out, in order.
+
+Bytes go in with :meth:`Framer.receive_data` (``b""`` is the end of input); complete
+events come out of :meth:`Framer.next_event`, ``None`` meaning "more bytes needed". No
+socket, no clock, no engine: the connection (``conn``) feeds it what it reads and runs
+what comes out, and stops pulling whenever it must wait (a blocked reserve, ``quit``,
+a client that does not read its replies); the unread input stays here.
 
 Follows 1.12 exactly (docs §1): a line ends at the first ``\\r`` if ``\\n`` follows it,
 within a 224-byte window; a full window without one is thrown away and the input
-discarded up to the next CRLF (BAD_FORMAT). A ``put`` line is followed by its body; a
-JOB_TOO_BIG body is swallowed before the reply. This is the hot path of the server: one
-call per read, locals instead of attribute lookups.
+discarded up to the next CRLF, which is answered BAD_FORMAT. A ``put`` line announces a
+data chunk (its body and CRLF); a put rejected with JOB_TOO_BIG announces one to throw
+away before the reply. Both are one continuation here (:meth:`Framer._chunk`).
+
+Events: a command value from ``verbs`` the moment its line is complete (a ``Put`` and a
+``Rejected`` too, so that the engine counts them when 1.12 does), then, after a line
+that announced a data chunk, :class:`PutBody` or :class:`BodySkipped` once it is in.
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+import enum
+from typing import NamedTuple
 
-from cmdstalk_py.server import protocol as p
+from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE, LINE_LIMIT
+from cmdstalk_py.server.protocol import REJECT_BAD_FORMAT, parse_command
+from cmdstalk_py.server.verbs import Command, Put, Rejected
 
-if TYPE_CHECKING:
-    from cmdstalk_py.server.conn import Connection
-
-CMD = 0  # reading a command line
-BODY = 1  # reading a put body
-SKIP = 2  # throwing away a JOB_TOO_BIG body
-ENDLINE = 3  # throwing away a too-long line up to its CRLF
-
-_WINDOW = p.LINE_LIMIT
-#: Flush replies mid-batch once this many bytes are pending, to notice a slow reader.
-FLUSH_AT = 1 << 18
-
-_Put = p.Put
-_Rejected = p.Rejected
-_Quit = p.Quit
-_parse = p.parse_command
-_clock = time.monotonic
+__all__ = ["LINE_TOO_LONG", "BodySkipped", "Event", "Framer", "Mode", "PutBody"]
 
 
-def process(conn: Connection, out: list[bytes], data: bytes) -> None:
-    """Run the commands in ``data`` (after ``out``, replies already due) for ``conn``.
+class Mode(enum.Enum):
+    """What the next input bytes are."""
 
-    Complete commands are executed and answered in order, with one write for the batch;
-    an incomplete line or body is kept in ``conn.parts`` for the next read. Stops at a
-    blocked reserve (the rest waits) and at ``quit``.
-    """
-    engine = conn.engine
-    session = conn.session
-    n = len(data)
-    pos = 0
-    mode = conn.mode
-    if mode == BODY:
-        put = conn.put
-        assert put is not None
-        need = conn.need
-        if n < need:
-            conn.keep_input(data, 0)
-            return
-        out.append(engine.put(session, put, data[:need], _clock()))
-        pos = need
-        mode = conn.mode = CMD
-    out_size = 0
-    max_job_size = engine.max_job_size
-    execute = engine.execute
-    # Puts of one batch share one clock reading: their jobs then share one float object
-    # for their creation time, which is 24 bytes per job saved on pipelined fills.
-    put_now = _clock()
-    while pos < n:
-        if mode == CMD:
-            end = pos + _WINDOW
-            if end > n:
-                end = n
-            i = data.find(b"\r", pos, end - 1)
-            if i < 0 or data[i + 1] != 10:
-                if end - pos < _WINDOW:
-                    break
-                # A full window without a line end: drop it, then skip to CRLF.
-                pos = end
-                mode = conn.mode = ENDLINE
-                continue
-            cmd = _parse(data[pos:i], max_job_size)
-            pos = i + 2
-            kind = type(cmd)
-            if kind is _Put:
-                engine.begin_put(session)
-                need = cmd.size + 2  # type: ignore[union-attr]
-                if n - pos < need:
-                    conn.put = cmd  # type: ignore[assignment]
-                    conn.need = need
-                    mode = conn.mode = BODY
-                    break
-                reply = engine.put(session, cmd, data[pos : pos + need], put_now)  # type: ignore[arg-type]
-                pos += need
-            elif kind is _Rejected:
-                reply = execute(session, cmd, 0.0)  # type: ignore[assignment]
-                skip = cmd.skip  # type: ignore[union-attr]
-                if skip:
-                    if n - pos < skip:
-                        conn.need = skip - (n - pos)
-                        conn.skip_reply = reply
-                        pos = n
-                        mode = conn.mode = SKIP
-                        break
-                    pos += skip
-            elif kind is _Quit:
-                conn.flush(out)
-                conn.close_when_done()
-                return
-            else:
-                # The clock is read per command, like 1.12: times in replies must not lag.
-                r = execute(session, cmd, _clock())
-                if r is None:
-                    if not conn.eof:
-                        conn.blocked = True
-                        break
-                    r = engine.abort_wait(session) or p.TIMED_OUT
-                reply = r
-            out.append(reply)
-            out_size += len(reply)
-            if out_size > FLUSH_AT:
-                conn.flush(out)
-                out = []
-                out_size = 0
-                if conn.write_paused:
-                    break
-        else:  # ENDLINE
-            end = pos + _WINDOW
-            if end > n:
-                end = n
-            i = data.find(b"\r", pos, end - 1)
-            if i < 0 or data[i + 1] != 10:
-                if end - pos < _WINDOW:
-                    break
-                pos = end
-                continue
-            pos = i + 2
-            out.append(p.BAD_FORMAT)
-            mode = conn.mode = CMD
-    if out:
-        reply = out[0] if len(out) == 1 else b"".join(out)
-        if conn.out or conn.hold or conn.broken:
-            conn.send(reply)
+    LINE = "line"  # a command line
+    BODY = "body"  # the data chunk of a put
+    SKIP = "skip"  # the data chunk of a put rejected with JOB_TOO_BIG, thrown away
+    LONG_LINE = "long-line"  # the rest of a line past the window, thrown away
+
+
+class PutBody(NamedTuple):
+    """The data chunk of ``put`` (``put.size`` bytes plus what should be its CRLF)."""
+
+    put: Put
+    body: bytes
+
+
+class BodySkipped(NamedTuple):
+    """The data chunk announced by ``rejected`` was thrown away: its reply is due now."""
+
+    rejected: Rejected
+
+
+#: What :meth:`Framer.next_event` returns.
+Event = Command | PutBody | BodySkipped
+#: The event for a line longer than the window (after its CRLF has been found).
+LINE_TOO_LONG = REJECT_BAD_FORMAT
+
+_WINDOW = LINE_LIMIT
+_Put = Put
+_Rejected = Rejected
+_parse = parse_command
+
+
+class Framer:
+    """The input side of one connection: mode, unread bytes, end of input."""
+
+    __slots__ = (
+        "_announced",
+        "_buf",
+        "_more",
+        "_more_len",
+        "_need",
+        "_pos",
+        "eof",
+        "max_job_size",
+        "mode",
+    )
+
+    def __init__(self, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> None:
+        #: The ``-z`` limit that decides JOB_TOO_BIG.
+        self.max_job_size = max_job_size
+        self.mode = Mode.LINE
+        #: The input has ended (the client half-closed); unread bytes may remain.
+        self.eof = False
+        # Unread input is _buf[_pos:] followed by the chunks in _more, joined lazily so
+        # that a large body arriving in many reads is joined once.
+        self._buf = b""
+        self._pos = 0
+        self._more: list[bytes] = []
+        self._more_len = 0
+        # BODY: bytes of the chunk (size + 2); SKIP: bytes still to throw away.
+        self._need = 0
+        # The line that announced the current data chunk.
+        self._announced: Put | Rejected | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet consumed."""
+        return len(self._buf) - self._pos + self._more_len
+
+    def receive_data(self, data: bytes) -> None:
+        """Add input; ``b""`` marks its end."""
+        if not data:
+            self.eof = True
+        elif self._pos == len(self._buf) and not self._more:
+            self._buf = data
+            self._pos = 0
         else:
-            # _write's common case, inline: the kernel takes the whole reply.
-            try:
-                sent = conn.sock.send(reply)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                conn.send_failed()
-                sent = len(reply)
-            if sent < len(reply):
-                conn.queue_rest(reply[sent:])
-    if pos < n:
-        conn.keep_input(data, pos)
-    if conn.eof and not conn.blocked:
-        conn.finish_eof()
+            self._more.append(data)
+            self._more_len += len(data)
+
+    def next_event(self) -> Event | None:
+        """The next complete event, or None when it needs more input."""
+        if self.mode is not Mode.LINE:
+            return self._long_line() if self.mode is Mode.LONG_LINE else self._chunk()
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        end = pos + _WINDOW
+        if end > n:
+            end = n
+        i = buf.find(b"\r", pos, end - 1)
+        if i < 0 or buf[i + 1] != 10:
+            if end - pos < _WINDOW:
+                return self.next_event() if self._join() else None
+            # A full window without a line end: drop it, then discard up to a CRLF.
+            self._pos = end
+            # LINE -> LONG_LINE
+            self.mode = Mode.LONG_LINE
+            return self._long_line()
+        cmd = _parse(buf[pos:i], self.max_job_size)
+        self._pos = i + 2
+        if type(cmd) is _Put:
+            # LINE -> BODY
+            self._announce(cmd, Mode.BODY, cmd.size + 2)
+        elif type(cmd) is _Rejected and cmd.skip:
+            # LINE -> SKIP
+            self._announce(cmd, Mode.SKIP, cmd.skip)
+        return cmd
+
+    # ---------------------------------------------------------------- lines past the window
+
+    def _long_line(self) -> Event | None:
+        while True:
+            buf = self._buf
+            pos = self._pos
+            end = min(pos + _WINDOW, len(buf))
+            i = buf.find(b"\r", pos, end - 1)
+            if i >= 0 and buf[i + 1] == 10:
+                self._pos = i + 2
+                # LONG_LINE -> LINE
+                self.mode = Mode.LINE
+                return LINE_TOO_LONG
+            if end - pos < _WINDOW:
+                if not self._join():
+                    return None
+            else:
+                self._pos = end
+
+    def _join(self) -> bool:
+        """Move the chunks received since into the scanned buffer; False if there were none."""
+        if not self._more:
+            return False
+        self._buf = b"".join([self._buf[self._pos :], *self._more])
+        self._pos = 0
+        self._more = []
+        self._more_len = 0
+        return True
+
+    # ---------------------------------------------------------------- data chunks
+
+    def _announce(self, cmd: Put | Rejected, mode: Mode, need: int) -> None:
+        self._announced = cmd
+        self._need = need
+        self.mode = mode
+
+    def _chunk(self) -> Event | None:
+        """The continuation after a line that announced a data chunk (BODY or SKIP)."""
+        announced = self._announced
+        assert announced is not None
+        if self.mode is Mode.SKIP:
+            self._need -= self._drop(self._need)
+            if self._need:
+                return None
+            assert isinstance(announced, Rejected)
+            event: Event = BodySkipped(announced)
+        else:
+            assert isinstance(announced, Put)
+            need = self._need
+            if self.buffered < need:
+                return None
+            if len(self._buf) - self._pos < need:
+                self._join()
+            pos = self._pos
+            self._pos = pos + need
+            event = PutBody(announced, self._buf[pos : pos + need])
+        # BODY -> LINE, SKIP -> LINE
+        self._announced = None
+        self.mode = Mode.LINE
+        return event
+
+    def _drop(self, count: int) -> int:
+        """Throw away up to ``count`` unread bytes without joining them; how many went."""
+        dropped = min(count, len(self._buf) - self._pos)
+        self._pos += dropped
+        while dropped < count and self._more:
+            chunk = self._more.pop(0)
+            take = min(count - dropped, len(chunk))
+            if take < len(chunk):
+                self._more.insert(0, chunk[take:])
+            self._more_len -= take
+            dropped += take
+        return dropped

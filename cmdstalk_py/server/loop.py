@@ -4,9 +4,9 @@ Why not asyncio: the server never used its transports, protocols or coroutines, 
 loop, and that loop costs a request/response client dearly. Driving connections from an
 epoll set nested inside asyncio's took two ``epoll_wait`` calls per request plus asyncio's
 own bookkeeping (``_run_once``, handles, contexts); this loop takes one call and a dict
-lookup, and importing it costs nothing, where importing asyncio took ~55 ms of the
-server's start-up. Like beanstalkd's ``srvserve``: the time to the next deadline is the
-poll timeout.
+lookup, and importing it costs next to nothing, where importing asyncio was a noticeable
+part of the server's start-up (figures: benchmarks/README.md). Like beanstalkd's
+``srvserve``: the time to the next deadline is the poll timeout.
 
 One thread owns a loop. ``call_soon_threadsafe`` and signals wake it through a
 non-blocking pipe watched by the same epoll set; signal handlers only queue a callback.

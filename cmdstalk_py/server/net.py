@@ -2,13 +2,13 @@
 
 The loop is ``loop.Loop`` (one epoll set; see there why not asyncio). Accepted sockets are
 watched directly by it: a readable socket costs one ``recv_into``, the commands and one
-``send`` (``conn.Connection``). After each batch of socket events the loop calls
+``send`` (``conn.ServerConn``). After each batch of socket events the loop calls
 :meth:`Server.after_events`, which sends replies to reserves that the batch unblocked and
 re-arms the one loop timer to the earlier of the engine's and the journal's next
 deadlines; that timer drives every timeout and every binlog fsync.
 
 With a binlog in ``-f 0`` mode nothing is acknowledged before it is durable: every reply
-goes through ``Connection.send``, which holds it back while the journal has changes not
+goes through ``ServerConn.send``, which holds it back while the journal has changes not
 yet on disk. One journal tick per loop iteration then makes every change of that
 iteration durable with one fsync (a group commit over all connections) and writes the
 held replies, in order. A failed fsync keeps them held and is retried.
@@ -24,13 +24,13 @@ import socket
 import sys
 from typing import Any
 
-from cmdstalk_py.server.conn import INPUT_LIMIT, RECV_SIZE, WRITE_HIGH, Connection
+from cmdstalk_py.server.conn import INPUT_LIMIT, RECV_SIZE, WRITE_HIGH, ServerConn
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import DurableJournal
 from cmdstalk_py.server.listen import open_listener
 from cmdstalk_py.server.loop import Loop, Timer
 
-__all__ = ["INPUT_LIMIT", "WRITE_HIGH", "Connection", "Server", "describe"]
+__all__ = ["INPUT_LIMIT", "WRITE_HIGH", "Server", "ServerConn", "describe"]
 
 #: Seconds before a journal tick whose fsync failed is tried again.
 SYNC_RETRY = 0.2
@@ -53,7 +53,7 @@ class Server:
         self.engine = engine
         self.loop = loop
         #: Open connections by socket descriptor.
-        self.connections: dict[int, Connection] = {}
+        self.connections: dict[int, ServerConn] = {}
         self.listeners: list[socket.socket] = []
         self.unix_paths: list[str] = []
         #: Every read lands here first (one server, one thread: no one else writes it).
@@ -65,7 +65,7 @@ class Server:
         self.durable = durable
         self.sync_each = durable is not None and durable.sync_each
         #: Connections with replies held until the next journal tick, in arrival order.
-        self.holders: dict[Connection, None] = {}
+        self.holders: dict[ServerConn, None] = {}
         self._tick_scheduled = False
         self._journal_not_before = float("-inf")
         if loop.after_events is not None:
@@ -119,7 +119,7 @@ class Server:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(self, sock)
+            conn = ServerConn(self, sock)
             self.connections[conn.fd] = conn
             self.loop.watch(conn.fd, _IN, conn.on_events)
 
@@ -127,7 +127,7 @@ class Server:
         if not self.closed and lsock.fileno() >= 0:
             self.loop.add_reader(lsock.fileno(), self._accept, lsock)
 
-    def forget(self, conn: Connection) -> None:
+    def forget(self, conn: ServerConn) -> None:
         """``conn`` is closing: stop watching its socket (before it is closed)."""
         self.connections.pop(conn.fd, None)
         self.holders.pop(conn, None)
@@ -183,7 +183,7 @@ class Server:
         engine = self.engine
         if engine.deliveries:
             for session, reply in engine.take_deliveries():
-                conn: Connection = session.owner  # type: ignore[assignment]
+                conn: ServerConn = session.owner  # type: ignore[assignment]
                 conn.deliver(reply)
         alarms = engine.alarms
         when = alarms[0][0] if alarms else None

@@ -1,9 +1,11 @@
-"""The beanstalkd 1.12 wire protocol: command lines in, reply bytes out.
+"""The beanstalkd 1.12 wire protocol: command lines in, command values out.
 
 Pure functions and immutable values only: no state, no I/O. Every rule that decides
-BAD_FORMAT, UNKNOWN_COMMAND, EXPECTED_CRLF or JOB_TOO_BIG lives here, following what the
-1.12 binary does (see docs/beanstalkd-protocol.md §1-§4), including its strtol/strtoul
-leniencies for ``kick`` and ``reserve-with-timeout``.
+BAD_FORMAT, UNKNOWN_COMMAND or JOB_TOO_BIG for a command line lives here, following what
+the 1.12 binary does (see docs/beanstalkd-protocol.md §1-§4), including its
+strtol/strtoul leniencies for ``kick`` and ``reserve-with-timeout`` (scanned by ``scan``).
+The replies (the one table of reply words, and rendering) are ``replies``; the command
+values are ``verbs``; both are re-exported here, as are the limits, for the parser's users.
 """
 
 from __future__ import annotations
@@ -11,11 +13,46 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-# Re-exported: the parser's users read the limits and command values from here.
+# Re-exported: the parser's users read the limits, replies and command values from here.
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE as DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.limits import LINE_LIMIT as LINE_LIMIT
 from cmdstalk_py.server.limits import MAX_JOB_SIZE_CAP as MAX_JOB_SIZE_CAP
 from cmdstalk_py.server.limits import MAX_NAME as MAX_NAME
+from cmdstalk_py.server.replies import BAD_FORMAT as BAD_FORMAT
+from cmdstalk_py.server.replies import BURIED as BURIED
+from cmdstalk_py.server.replies import CRLF as CRLF
+from cmdstalk_py.server.replies import DEADLINE_SOON as DEADLINE_SOON
+from cmdstalk_py.server.replies import DELETED as DELETED
+from cmdstalk_py.server.replies import DRAINING as DRAINING
+from cmdstalk_py.server.replies import EXPECTED_CRLF as EXPECTED_CRLF
+from cmdstalk_py.server.replies import INTERNAL_ERROR as INTERNAL_ERROR
+from cmdstalk_py.server.replies import JOB_TOO_BIG as JOB_TOO_BIG
+from cmdstalk_py.server.replies import KICKED as KICKED
+from cmdstalk_py.server.replies import NOT_FOUND as NOT_FOUND
+from cmdstalk_py.server.replies import NOT_IGNORED as NOT_IGNORED
+from cmdstalk_py.server.replies import OUT_OF_MEMORY as OUT_OF_MEMORY
+from cmdstalk_py.server.replies import PAUSED as PAUSED
+from cmdstalk_py.server.replies import RELEASED as RELEASED
+from cmdstalk_py.server.replies import REPLIES as REPLIES
+from cmdstalk_py.server.replies import TIMED_OUT as TIMED_OUT
+from cmdstalk_py.server.replies import TOUCHED as TOUCHED
+from cmdstalk_py.server.replies import UNKNOWN_COMMAND as UNKNOWN_COMMAND
+from cmdstalk_py.server.replies import render_buried_id as render_buried_id
+from cmdstalk_py.server.replies import render_found as render_found
+from cmdstalk_py.server.replies import render_inserted as render_inserted
+from cmdstalk_py.server.replies import render_job as render_job
+from cmdstalk_py.server.replies import render_kicked as render_kicked
+from cmdstalk_py.server.replies import render_ok as render_ok
+from cmdstalk_py.server.replies import render_reserved as render_reserved
+from cmdstalk_py.server.replies import render_using as render_using
+from cmdstalk_py.server.replies import render_watching as render_watching
+from cmdstalk_py.server.replies import render_yaml_list as render_yaml_list
+from cmdstalk_py.server.scan import U32_MAX as U32_MAX
+from cmdstalk_py.server.scan import U64_MAX as U64_MAX
+from cmdstalk_py.server.scan import c_strtol as c_strtol
+from cmdstalk_py.server.scan import fast_numbers as _fast_numbers
+from cmdstalk_py.server.scan import read_numbers as read_numbers
+from cmdstalk_py.server.scan import read_numbers_open as read_numbers_open
 from cmdstalk_py.server.verbs import LIST_TUBE_USED as LIST_TUBE_USED
 from cmdstalk_py.server.verbs import LIST_TUBES as LIST_TUBES
 from cmdstalk_py.server.verbs import LIST_TUBES_WATCHED as LIST_TUBES_WATCHED
@@ -55,109 +92,8 @@ from cmdstalk_py.server.verbs import Watch as Watch
 #: Priorities below this count as urgent.
 URGENT_THRESHOLD = 1024
 
-U32_MAX = 0xFFFFFFFF
-U64_MAX = 0xFFFFFFFFFFFFFFFF
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
-
-CRLF = b"\r\n"
-
-# --------------------------------------------------------------------------------------
-# Reply words: the one table.
-# --------------------------------------------------------------------------------------
-
-#: Every fixed reply line the server sends, by reply word.
-REPLIES: dict[str, bytes] = {
-    word: word.encode() + CRLF
-    for word in (
-        "BAD_FORMAT",
-        "UNKNOWN_COMMAND",
-        "OUT_OF_MEMORY",
-        "INTERNAL_ERROR",
-        "EXPECTED_CRLF",
-        "JOB_TOO_BIG",
-        "DRAINING",
-        "NOT_FOUND",
-        "NOT_IGNORED",
-        "DEADLINE_SOON",
-        "TIMED_OUT",
-        "DELETED",
-        "RELEASED",
-        "BURIED",
-        "TOUCHED",
-        "KICKED",
-        "PAUSED",
-    )
-}
-
-BAD_FORMAT = REPLIES["BAD_FORMAT"]
-UNKNOWN_COMMAND = REPLIES["UNKNOWN_COMMAND"]
-OUT_OF_MEMORY = REPLIES["OUT_OF_MEMORY"]
-INTERNAL_ERROR = REPLIES["INTERNAL_ERROR"]
-EXPECTED_CRLF = REPLIES["EXPECTED_CRLF"]
-JOB_TOO_BIG = REPLIES["JOB_TOO_BIG"]
-DRAINING = REPLIES["DRAINING"]
-NOT_FOUND = REPLIES["NOT_FOUND"]
-NOT_IGNORED = REPLIES["NOT_IGNORED"]
-DEADLINE_SOON = REPLIES["DEADLINE_SOON"]
-TIMED_OUT = REPLIES["TIMED_OUT"]
-DELETED = REPLIES["DELETED"]
-RELEASED = REPLIES["RELEASED"]
-BURIED = REPLIES["BURIED"]
-TOUCHED = REPLIES["TOUCHED"]
-KICKED = REPLIES["KICKED"]
-PAUSED = REPLIES["PAUSED"]
-
-
-def render_inserted(job_id: int) -> bytes:
-    """``INSERTED <id>``."""
-    return b"INSERTED %d\r\n" % job_id
-
-
-def render_buried_id(job_id: int) -> bytes:
-    """``BURIED <id>`` (a put whose job could not be queued)."""
-    return b"BURIED %d\r\n" % job_id
-
-
-def render_job(word: bytes, job_id: int, body: bytes) -> bytes:
-    """``RESERVED``/``FOUND`` line plus data chunk; ``body`` already ends in CRLF."""
-    return b"%b %d %d\r\n%b" % (word, job_id, len(body) - 2, body)
-
-
-def render_reserved(job_id: int, body: bytes) -> bytes:
-    """``RESERVED <id> <bytes>`` + body; ``body`` already ends in CRLF."""
-    return b"RESERVED %d %d\r\n%b" % (job_id, len(body) - 2, body)
-
-
-def render_found(job_id: int, body: bytes) -> bytes:
-    """``FOUND <id> <bytes>`` + body; ``body`` already ends in CRLF."""
-    return b"FOUND %d %d\r\n%b" % (job_id, len(body) - 2, body)
-
-
-def render_ok(payload: bytes) -> bytes:
-    """``OK <bytes>`` + YAML payload + CRLF."""
-    return b"OK %d\r\n%b\r\n" % (len(payload), payload)
-
-
-def render_using(name: bytes) -> bytes:
-    """``USING <tube>``."""
-    return b"USING %b\r\n" % name
-
-
-def render_watching(count: int) -> bytes:
-    """``WATCHING <count>``."""
-    return b"WATCHING %d\r\n" % count
-
-
-def render_kicked(count: int) -> bytes:
-    """``KICKED <count>``."""
-    return b"KICKED %d\r\n" % count
-
-
-def render_yaml_list(names: list[bytes]) -> bytes:
-    """The ``list-tubes``/``list-tubes-watched`` YAML body."""
-    return b"---\n" + b"".join(b"- %b\n" % n for n in names)
-
 
 REJECT_BAD_FORMAT = Rejected(BAD_FORMAT)
 #: A parser gets the whole line, where its arguments start, and the ``-z`` limit.
@@ -165,18 +101,14 @@ Parser = Callable[[bytes, int, int], Command]
 REJECT_UNKNOWN = Rejected(UNKNOWN_COMMAND)
 
 # --------------------------------------------------------------------------------------
-# Scanning helpers (1.12's read_u32/read_u64, strtol, strtoul, name rules).
+# The tube-name rule.
 # --------------------------------------------------------------------------------------
 
-_DIGITS = frozenset(b"0123456789")
 NAME_CHARS = frozenset(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()"
 )
-# C isspace() in the "C" locale, skipped by strtol/strtoul.
-_C_SPACE = frozenset(b" \t\n\v\f\r")
 _SPACE = 0x20
 _MINUS = 0x2D
-_PLUS = 0x2B
 
 
 def valid_name(name: bytes) -> bool:
@@ -188,76 +120,9 @@ def valid_name(name: bytes) -> bool:
     )
 
 
-def read_numbers(line: bytes, pos: int, limits: tuple[int, ...]) -> list[int] | None:
-    """Strictly read ``len(limits)`` numbers starting at ``pos``, up to the end of line.
-
-    Each number: skip spaces, then at least one digit, value <= its limit. The last
-    number must end exactly at the end of the line. Returns None on any violation.
-    """
-    values, end = read_numbers_open(line, pos, limits)
-    if values is None or end != len(line):
-        return None
-    return values
-
-
-def read_numbers_open(
-    line: bytes, pos: int, limits: tuple[int, ...]
-) -> tuple[list[int] | None, int]:
-    """Like :func:`read_numbers` but trailing text is allowed; returns (values, end)."""
-    n = len(line)
-    values: list[int] = []
-    for limit in limits:
-        while pos < n and line[pos] == _SPACE:
-            pos += 1
-        start = pos
-        while pos < n and line[pos] in _DIGITS:
-            pos += 1
-        if pos == start:
-            return None, pos
-        value = int(line[start:pos])
-        if value > limit:
-            return None, pos
-        values.append(value)
-    return values, pos
-
-
-def _fast_numbers(rest: bytes, count: int, limit: int) -> list[int] | None:
-    """The common shape ``"<d> <d> ..."`` (single spaces, all digits) or None."""
-    parts = rest.split(b" ")
-    if len(parts) != count:
-        return None
-    out = []
-    for p in parts:
-        if not p.isdigit():
-            return None
-        v = int(p)
-        if v > limit:
-            return None
-        out.append(v)
-    return out
-
-
-def c_strtol(text: bytes) -> tuple[int, bool, bool]:
-    """C ``strtol``/``strtoul`` scanning of ``text`` in base 10.
-
-    Returns (magnitude with sign applied, any digits read, overflowed 64 bits). Leading C
-    whitespace and one sign are accepted; scanning stops at the first non-digit.
-    """
-    i = 0
-    n = len(text)
-    while i < n and text[i] in _C_SPACE:
-        i += 1
-    negative = False
-    if i < n and text[i] in (_MINUS, _PLUS):
-        negative = text[i] == _MINUS
-        i += 1
-    start = i
-    while i < n and text[i] in _DIGITS:
-        i += 1
-    if i == start:
-        return 0, False, False
-    value = int(text[start:i])
-    return (-value if negative else value), True, False
+# --------------------------------------------------------------------------------------
+# Command lines (1.12's dispatch_cmd, without the state changes).
+# --------------------------------------------------------------------------------------
 
 
 def _parse_kick(line: bytes, pos: int) -> Command:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cmdstalk_py.server import conn, framing, net
+from cmdstalk_py.server import conn, net
 from cmdstalk_py.server.embedded import EmbeddedServer
 from tests.helpers import accepts_connections, wait_until
 
@@ -132,6 +132,44 @@ def test_half_close_with_pipelined_commands(srv: EmbeddedServer) -> None:
         c.reply()
 
 
+def test_half_close_behind_backed_up_output_runs_every_command(srv: EmbeddedServer) -> None:
+    """Input left when the output backs up is run once it drains, then the socket closes."""
+    size = 65535
+    c = Client.to(srv)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    c.send(b"put 0 0 60 %d\r\n%b\r\n" % (size, b"q" * size))
+    assert c.reply() == b"INSERTED 1"
+    count = 300  # more replies than the kernel buffers and WRITE_HIGH hold
+    c.send(b"peek 1\r\n" * count + b"list-tube-used\r\n")
+    c.sock.shutdown(socket.SHUT_WR)
+
+    def backed_up(server: net.Server) -> bool:
+        return any(sc.backed_up for sc in server.connections.values())
+
+    wait_until(lambda: srv.call(backed_up), timeout=20, message="output backs up")
+    for _ in range(count):
+        assert c.reply() == b"FOUND 1 %d\r\n%b" % (size, b"q" * size)
+    assert c.reply() == b"USING default"
+    with pytest.raises(EOFError):
+        c.reply()
+
+
+def test_connection_state_follows_a_blocked_reserve(srv: EmbeddedServer) -> None:
+    worker, producer = Client.to(srv), Client.to(srv)
+
+    def states(server: net.Server) -> list[conn.State]:
+        return [sc.state for sc in server.connections.values()]
+
+    assert srv.call(states) == [conn.State.OPEN, conn.State.OPEN]
+    worker.send(b"reserve\r\n")
+    wait_until(lambda: conn.State.WAITING in srv.call(states), message="worker waiting")
+    producer.send(b"put 0 0 60 2\r\nhi\r\n")
+    assert worker.reply() == b"RESERVED 1 2\r\nhi"
+    assert srv.call(states) == [conn.State.OPEN, conn.State.OPEN]
+    worker.send(b"quit\r\n")
+    wait_until(lambda: len(srv.call(states)) == 1, message="worker closed")
+
+
 def test_disconnect_releases_reserved_jobs_at_once(srv: EmbeddedServer) -> None:
     owner, other = Client.to(srv), Client.to(srv)
     owner.send(b"put 0 0 3600 1\r\nx\r\nreserve\r\n")
@@ -217,7 +255,7 @@ def test_slow_reader_is_bounded_and_does_not_block_others(srv: EmbeddedServer) -
     def held() -> tuple[int, int, bool]:
         def probe(server: net.Server) -> tuple[int, int, bool]:
             conn = max(server.connections.values(), key=lambda c: c.out_size)
-            return conn.out_size, conn.parts_len, conn.write_paused
+            return conn.out_size, conn.framer.buffered, conn.backed_up
 
         result: tuple[int, int, bool] = srv.call(probe)
         return result
@@ -226,7 +264,7 @@ def test_slow_reader_is_bounded_and_does_not_block_others(srv: EmbeddedServer) -
     wait_until(lambda: held()[2], timeout=20, message="server holds back the slow reader")
     sender.join(timeout=10)
     out_buffered, in_buffered, _ = held()
-    assert out_buffered <= conn.WRITE_HIGH + framing.FLUSH_AT + 2 * size
+    assert out_buffered <= conn.WRITE_HIGH + conn.FLUSH_AT + 2 * size
     assert in_buffered <= conn.INPUT_LIMIT
     other = Client.to(srv)
     other.send(b"list-tube-used\r\n")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from cmdstalk_py.client.names import TUBE_NAME_CHARS, is_tube_name
+
 # Re-exported: the parser's users read the limits, replies and command values from here.
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE as DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.limits import LINE_LIMIT as LINE_LIMIT
@@ -104,20 +106,11 @@ REJECT_UNKNOWN = Rejected(UNKNOWN_COMMAND)
 # The tube-name rule.
 # --------------------------------------------------------------------------------------
 
-NAME_CHARS = frozenset(
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()"
-)
+# The project's one rule (``cmdstalk_py.client.names``, stdlib only): the supervisor's options
+# and the Spark tools check names with the same code.
+NAME_CHARS = TUBE_NAME_CHARS
+valid_name = is_tube_name
 _SPACE = 0x20
-_MINUS = 0x2D
-
-
-def valid_name(name: bytes) -> bool:
-    """Tube name rule: 1-200 allowed bytes, not starting with ``-``."""
-    return (
-        0 < len(name) <= MAX_NAME
-        and name[0] != _MINUS
-        and all(c in NAME_CHARS for c in name)
-    )
 
 
 # --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import sys
 from select import EPOLLIN, EPOLLOUT
 from typing import TYPE_CHECKING
 
+from cmdstalk_py.server import commands
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.framing import BODY, CMD, SKIP, process
 
@@ -192,7 +193,7 @@ class Connection:
         self.eof = True
         self._update_mask()
         if self.blocked:
-            reply = self.engine.abort_wait(self.session)
+            reply = commands.abort_wait(self.engine, self.session)
             self.blocked = False
             if reply is not None:
                 self.send(reply)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from cmdstalk_py.server import commands
 from cmdstalk_py.server import protocol as p
 
 if TYPE_CHECKING:
@@ -52,12 +53,12 @@ def process(conn: Connection, out: list[bytes], data: bytes) -> None:
         if n < need:
             conn.keep_input(data, 0)
             return
-        out.append(engine.put(session, put, data[:need], _clock()))
+        out.append(commands.put_body(engine, session, put, data[:need], _clock()))
         pos = need
         mode = conn.mode = CMD
     out_size = 0
     max_job_size = engine.max_job_size
-    execute = engine.execute
+    execute = commands.execute
     # Puts of one batch share one clock reading: their jobs then share one float object
     # for their creation time, which is 24 bytes per job saved on pipelined fills.
     put_now = _clock()
@@ -85,10 +86,10 @@ def process(conn: Connection, out: list[bytes], data: bytes) -> None:
                     conn.need = need
                     mode = conn.mode = BODY
                     break
-                reply = engine.put(session, cmd, data[pos : pos + need], put_now)  # type: ignore[arg-type]
+                reply = commands.put_body(engine, session, cmd, data[pos : pos + need], put_now)  # type: ignore[arg-type]
                 pos += need
             elif kind is _Rejected:
-                reply = execute(session, cmd, 0.0)  # type: ignore[assignment]
+                reply = execute(engine, session, cmd, 0.0)  # type: ignore[assignment]
                 skip = cmd.skip  # type: ignore[union-attr]
                 if skip:
                     if n - pos < skip:
@@ -104,12 +105,12 @@ def process(conn: Connection, out: list[bytes], data: bytes) -> None:
                 return
             else:
                 # The clock is read per command, like 1.12: times in replies must not lag.
-                r = execute(session, cmd, _clock())
+                r = execute(engine, session, cmd, _clock())
                 if r is None:
                     if not conn.eof:
                         conn.blocked = True
                         break
-                    r = engine.abort_wait(session) or p.TIMED_OUT
+                    r = commands.abort_wait(engine, session) or p.TIMED_OUT
                 reply = r
             out.append(reply)
             out_size += len(reply)

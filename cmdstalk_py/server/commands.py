@@ -1,203 +1,143 @@
-"""What each command does to the engine, and the reply it gets (docs §4.2).
+"""The dispatcher: a command value in, one engine call, its reply bytes out (docs §4.2).
 
-One function per command, looked up by the command's type. Counters follow §3.3: a
+One small function per command, looked up by the command's type (the values of
+:mod:`cmdstalk_py.server.verbs`); the engine's answers (a job, a count, an
+:class:`~cmdstalk_py.server.outcome.Outcome`) become reply lines here, with the reply
+words and renderers of :mod:`cmdstalk_py.server.protocol`. Counters follow §3.3: a
 command is counted once its arguments parsed, before it is known whether it succeeds.
+
+The network layer calls four functions: :func:`execute` for a command line,
+:func:`put_body` once a put's body has arrived, :func:`abort_wait` when a waiting client
+half-closes, and :func:`deliveries` for the answers of blocked reserves that the engine
+produced since (a put, release, kick, TTR expiry, pause end or timeout served them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cmdstalk_py.server import protocol as p
-from cmdstalk_py.server.job import BURIED, DELAYED, READY, RESERVED
-from cmdstalk_py.server.journal import JournalError
+from cmdstalk_py.server.engine import Engine, Result
+from cmdstalk_py.server.job import Job
+from cmdstalk_py.server.outcome import JOURNAL_FAILED, WAITING, Outcome
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import GlobalStats, job_yaml, stats_yaml, tube_yaml
 
-if TYPE_CHECKING:
-    from cmdstalk_py.server.engine import Engine
+Handler = Callable[[Engine, Session, Any, float], "bytes | None"]
 
-Handler = Callable[["Engine", Session, Any, float], "bytes | None"]
+#: The reply line of each outcome.
+OUTCOME_REPLIES: dict[Outcome, bytes] = {
+    Outcome.NOT_FOUND: p.NOT_FOUND,
+    Outcome.JOURNAL_FAILED: p.INTERNAL_ERROR,
+    Outcome.DRAINING: p.DRAINING,
+    Outcome.BAD_BODY: p.EXPECTED_CRLF,
+    Outcome.TIMED_OUT: p.TIMED_OUT,
+    Outcome.DEADLINE_SOON: p.DEADLINE_SOON,
+}
+
+
+def execute(e: Engine, s: Session, cmd: p.Command, now: float) -> bytes | None:
+    """Run one parsed command; the reply, or None when the connection now waits.
+
+    A :class:`~cmdstalk_py.server.protocol.Put` only counts here and marks a producer;
+    its job is created by :func:`put_body` once the body has arrived.
+    """
+    return COMMANDS[type(cmd)](e, s, cmd, now)
+
+
+def put_body(e: Engine, s: Session, cmd: p.Put, body: bytes, now: float) -> bytes:
+    """Create the job of ``cmd`` once ``body`` (size + 2 bytes) has arrived."""
+    r = e.put(s, cmd.pri, cmd.delay, cmd.ttr, body, now)
+    if isinstance(r, Job):
+        return p.render_inserted(r.id)
+    # A put the journal refused is out of memory (1.12's answer when it cannot log it).
+    return p.OUT_OF_MEMORY if r is JOURNAL_FAILED else OUTCOME_REPLIES[r]
+
+
+def abort_wait(e: Engine, s: Session) -> bytes | None:
+    """The client half-closed while waiting: TIMED_OUT (None if it was not waiting)."""
+    return p.TIMED_OUT if e.abort_wait(s) else None
+
+
+def deliveries(e: Engine) -> list[tuple[Session, bytes]]:
+    """The replies of blocked reserves that ended since the last call, in order."""
+    return [(s, reserved(r)) for s, r in e.take_deliveries()]
+
+
+def reserved(r: Result) -> bytes:
+    """A reserve's answer: the RESERVED job, or the outcome's reply line."""
+    if isinstance(r, Job):
+        return p.render_reserved(r.id, r.body)
+    return OUTCOME_REPLIES[r]
+
+
+def _done(r: Result, reply: bytes) -> bytes:
+    return reply if isinstance(r, Job) else OUTCOME_REPLIES[r]
 
 
 def _reserve(e: Engine, s: Session, cmd: p.Reserve, now: float) -> bytes | None:
     e.counters["reserve-with-timeout" if cmd.with_timeout else "reserve"] += 1
-    if not s.worker:
-        s.worker = True
-        e.workers += 1
-    # Inside the safety margin: DEADLINE_SOON unless some watched tube has a ready job
-    # (1.12 does not look at pauses here). The cheap test comes first.
-    t = e._best_ready_tube(s)
-    if s.reserved and t is None and not any(w.ready for w in s.watch):
-        soonest = min(j.deadline for j in s.reserved)
-        if now >= soonest - 1.0:
-            return p.DEADLINE_SOON
-    if t is not None:
-        job = e._pop_ready(t)
-        if e._reserve(s, job, now):
-            return p.render_reserved(job.id, job.body)
-        e._push_ready(job)
-        return p.INTERNAL_ERROR
-    if cmd.timeout == 0:
-        return p.TIMED_OUT
-    e._start_wait(s, cmd.timeout, now)
-    return None
+    r = e.reserve(s, cmd.timeout, now)
+    return None if r is WAITING else reserved(r)
 
 
 def _reserve_job(e: Engine, s: Session, cmd: p.ReserveJob, now: float) -> bytes | None:
-    job = e.jobs.get(cmd.id)
-    if job is None or job.state is RESERVED:
-        return p.NOT_FOUND
-    old_state = job.state
-    e._unlink(job)
-    if not e._reserve(s, job, now):
-        _relink(e, job, old_state)
-        return p.INTERNAL_ERROR
-    if not s.worker:
-        s.worker = True
-        e.workers += 1
-    return p.render_reserved(job.id, job.body)
-
-
-def _relink(e: Engine, job: Any, state: Any) -> None:
-    # Undo _unlink after a refused journal write.
-    if state is READY:
-        e._push_ready(job)
-    elif state is DELAYED:
-        e._to_delayed(job)
-    else:
-        job.state = BURIED
-        job.tube.buried[job] = None
+    return reserved(e.reserve_job(s, cmd.id, now))
 
 
 def _delete(e: Engine, s: Session, cmd: p.Delete, now: float) -> bytes | None:
     e.counters["delete"] += 1
-    job = e.jobs.get(cmd.id)
-    if job is None or (job.state is RESERVED and job.reserver is not s):
-        return p.NOT_FOUND
-    try:
-        e.journal.job_deleted(job)
-    except JournalError:
-        return p.INTERNAL_ERROR
-    e._unlink(job)
-    job.tube.cmd_delete += 1
-    e._forget(job)
-    return p.DELETED
-
-
-def _owned(e: Engine, s: Session, job_id: int) -> Any:
-    job = e.jobs.get(job_id)
-    if job is None or job.state is not RESERVED or job.reserver is not s:
-        return None
-    return job
+    return _done(e.delete(s, cmd.id), p.DELETED)
 
 
 def _release(e: Engine, s: Session, cmd: p.Release, now: float) -> bytes | None:
     e.counters["release"] += 1
-    job = _owned(e, s, cmd.id)
-    if job is None:
-        return p.NOT_FOUND
-    saved = (job.pri, job.delay, job.deadline)
-    job.pri = cmd.pri
-    job.delay = cmd.delay
-    job.releases += 1
-    if cmd.delay:
-        job.state = DELAYED
-        job.deadline = now + cmd.delay
-    else:
-        job.state = READY
-    try:
-        e.journal.job_changed(job)
-    except JournalError:
-        job.pri, job.delay, job.deadline = saved
-        job.releases -= 1
-        job.state = RESERVED
-        return p.INTERNAL_ERROR
-    # RESERVED -> DELAYED (delay > 0) or READY.
-    e._unreserve(job)
-    e._stale += 1
-    if cmd.delay:
-        e._to_delayed(job)
-    else:
-        e._make_ready(job, now)
-    return p.RELEASED
+    return _done(e.release(s, cmd.id, cmd.pri, cmd.delay, now), p.RELEASED)
 
 
 def _bury(e: Engine, s: Session, cmd: p.Bury, now: float) -> bytes | None:
     e.counters["bury"] += 1
-    job = _owned(e, s, cmd.id)
-    if job is None:
-        return p.NOT_FOUND
-    old_pri = job.pri
-    job.pri = cmd.pri
-    job.buries += 1
-    job.state = BURIED
-    try:
-        e.journal.job_changed(job)
-    except JournalError:
-        job.pri = old_pri
-        job.buries -= 1
-        job.state = RESERVED
-        return p.INTERNAL_ERROR
-    # RESERVED -> BURIED, at the end of the tube's buried FIFO.
-    e._unreserve(job)
-    e._stale += 1
-    job.tube.buried[job] = None
-    return p.BURIED
+    return _done(e.bury(s, cmd.id, cmd.pri), p.BURIED)
 
 
 def _touch(e: Engine, s: Session, cmd: p.Touch, now: float) -> bytes | None:
     e.counters["touch"] += 1
-    job = _owned(e, s, cmd.id)
-    if job is None:
-        return p.NOT_FOUND
-    # Nothing persisted changes: a reserved job is logged as ready, without its deadline.
-    job.deadline = now + job.ttr
-    e.arm_ttr(job)
-    return p.TOUCHED
+    return _done(e.touch(s, cmd.id, now), p.TOUCHED)
+
+
+def _kick(e: Engine, s: Session, cmd: p.Kick, now: float) -> bytes | None:
+    e.counters["kick"] += 1
+    return p.render_kicked(e.kick(s.use, cmd.bound, now))
+
+
+def _kick_job(e: Engine, s: Session, cmd: p.KickJob, now: float) -> bytes | None:
+    return _done(e.kick_job(cmd.id, now), p.KICKED)
 
 
 def _use(e: Engine, s: Session, cmd: p.Use, now: float) -> bytes | None:
     e.counters["use"] += 1
-    t = e.tube(cmd.name)
-    old = s.use
-    if t is not old:
-        t.using += 1
-        s.use = t
-        old.using -= 1
-        e._maybe_drop(old)
-    return p.render_using(t.name)
+    return p.render_using(e.tubes.use(s, cmd.name).name)
 
 
 def _watch(e: Engine, s: Session, cmd: p.Watch, now: float) -> bytes | None:
     e.counters["watch"] += 1
-    t = e.tube(cmd.name)
-    if t not in s.watch:
-        s.watch.append(t)
-        t.watching += 1
-    return p.render_watching(len(s.watch))
+    return p.render_watching(e.tubes.watch(s, cmd.name))
 
 
 def _ignore(e: Engine, s: Session, cmd: p.Ignore, now: float) -> bytes | None:
     e.counters["ignore"] += 1
-    t = e.tubes.get(cmd.name)
-    watch = s.watch
-    if t is None or t not in watch:
-        return p.render_watching(len(watch))
-    if len(watch) == 1:
-        return p.NOT_IGNORED
-    # 1.12 removes from the watch array by moving the last one into the hole.
-    i = watch.index(t)
-    last = watch.pop()
-    if i < len(watch):
-        watch[i] = last
-    t.watching -= 1
-    e._maybe_drop(t)
-    return p.render_watching(len(watch))
+    count = e.tubes.ignore(s, cmd.name)
+    return p.NOT_IGNORED if count is None else p.render_watching(count)
 
 
-def _found(job: Any) -> bytes:
+def _pause_tube(e: Engine, s: Session, cmd: p.PauseTube, now: float) -> bytes | None:
+    e.counters["pause-tube"] += 1
+    r = e.pause_tube(cmd.name, cmd.delay, now)
+    return OUTCOME_REPLIES[r] if isinstance(r, Outcome) else p.PAUSED
+
+
+def _found(job: Job | None) -> bytes:
     return p.NOT_FOUND if job is None else p.render_found(job.id, job.body)
 
 
@@ -221,51 +161,6 @@ def _peek_buried(e: Engine, s: Session, cmd: p.PeekBuried, now: float) -> bytes 
     return _found(next(iter(s.use.buried), None))
 
 
-def _kick_one(e: Engine, job: Any, now: float) -> bool:
-    # BURIED/DELAYED (already unlinked) -> READY. False: the journal refused.
-    old_state = job.state
-    job.kicks += 1
-    job.state = READY
-    try:
-        e.journal.job_changed(job)
-    except JournalError:
-        job.kicks -= 1
-        _relink(e, job, old_state)
-        return False
-    e._make_ready(job, now)
-    return True
-
-
-def _kick(e: Engine, s: Session, cmd: p.Kick, now: float) -> bytes | None:
-    e.counters["kick"] += 1
-    t = s.use
-    count = 0
-    # Buried jobs first (oldest first); only when there are none, delayed ones.
-    if t.buried:
-        while count < cmd.bound and t.buried:
-            job = next(iter(t.buried))
-            del t.buried[job]
-            if not _kick_one(e, job, now):
-                break
-            count += 1
-    else:
-        while count < cmd.bound and t.delayed:
-            job = t.delayed.pop()
-            e._stale += 1
-            if not _kick_one(e, job, now):
-                break
-            count += 1
-    return p.render_kicked(count)
-
-
-def _kick_job(e: Engine, s: Session, cmd: p.KickJob, now: float) -> bytes | None:
-    job = e.jobs.get(cmd.id)
-    if job is None or job.state is READY or job.state is RESERVED:
-        return p.NOT_FOUND
-    e._unlink(job)
-    return p.KICKED if _kick_one(e, job, now) else p.INTERNAL_ERROR
-
-
 def _stats_job(e: Engine, s: Session, cmd: p.StatsJob, now: float) -> bytes | None:
     e.counters["stats-job"] += 1
     job = e.jobs.get(cmd.id)
@@ -284,7 +179,7 @@ def _stats_tube(e: Engine, s: Session, cmd: p.StatsTube, now: float) -> bytes | 
 
 def _stats(e: Engine, s: Session, cmd: p.Stats, now: float) -> bytes | None:
     e.counters["stats"] += 1
-    tubes = e.tube_list
+    tubes = e.tubes
     g = GlobalStats(
         urgent=sum(t.urgent for t in tubes),
         ready=sum(len(t.ready) for t in tubes),
@@ -310,7 +205,7 @@ def _stats(e: Engine, s: Session, cmd: p.Stats, now: float) -> bytes | None:
 
 def _list_tubes(e: Engine, s: Session, cmd: p.ListTubes, now: float) -> bytes | None:
     e.counters["list-tubes"] += 1
-    return p.render_ok(p.render_yaml_list([t.name for t in e.tube_list]))
+    return p.render_ok(p.render_yaml_list([t.name for t in e.tubes]))
 
 
 def _list_tube_used(e: Engine, s: Session, cmd: p.ListTubeUsed, now: float) -> bytes | None:
@@ -323,20 +218,6 @@ def _list_tubes_watched(
 ) -> bytes | None:
     e.counters["list-tubes-watched"] += 1
     return p.render_ok(p.render_yaml_list([t.name for t in s.watch]))
-
-
-def _pause_tube(e: Engine, s: Session, cmd: p.PauseTube, now: float) -> bytes | None:
-    e.counters["pause-tube"] += 1
-    t = e.tubes.get(cmd.name)
-    if t is None:
-        return p.NOT_FOUND
-    t.cmd_pause += 1
-    t.paused = True
-    t.pause = cmd.delay
-    # A zero pause lasts until the next tick (1.12: 1 ns), so it ends at once.
-    t.unpause_at = now + cmd.delay
-    e.arm_pause(t)
-    return p.PAUSED
 
 
 def _quit(e: Engine, s: Session, cmd: p.Quit, now: float) -> bytes | None:

@@ -19,8 +19,9 @@ import socket
 import sys
 import time
 from select import EPOLLIN, EPOLLOUT
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from cmdstalk_py.server import commands
 from cmdstalk_py.server.conn_state import TRANSITIONS, State
 from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
 from cmdstalk_py.server.protocol import TIMED_OUT
@@ -121,7 +122,7 @@ class ServerConn:
             self._schedule_resume()
 
     def _abort_wait(self) -> None:
-        reply = self.engine.abort_wait(self.session)
+        reply = commands.abort_wait(self.engine, self.session)
         # WAITING -> OPEN: the client half-closed, the reserve times out now.
         self._become(_OPEN)
         if reply is not None:
@@ -348,7 +349,7 @@ class ServerConn:
         framer = self.framer
         next_event = framer.next_event
         engine = self.engine
-        execute = engine.execute
+        execute = commands.execute
         session = self.session
         out: list[bytes] = []
         out_size = 0
@@ -358,12 +359,15 @@ class ServerConn:
         while (event := next_event()) is not None:
             kind = type(event)
             if kind is PutBody:
-                reply: bytes | None = engine.put(session, event.put, event.body, put_now)  # type: ignore[union-attr]
+                body = cast(PutBody, event)
+                reply: bytes | None = commands.put_body(
+                    engine, session, body.put, body.body, put_now
+                )
             elif kind is Put:
                 engine.begin_put(session)
                 continue
             elif kind is Rejected:
-                reply = execute(session, event, 0.0)  # type: ignore[arg-type]
+                reply = execute(engine, session, event, 0.0)  # type: ignore[arg-type]
                 if event.skip:  # type: ignore[union-attr]
                     self.withheld = reply  # due once the announced body is thrown away
                     continue
@@ -376,12 +380,12 @@ class ServerConn:
                 return
             else:
                 # The clock is read per command, like 1.12: times in replies must not lag.
-                reply = execute(session, event, _clock())  # type: ignore[arg-type]
+                reply = execute(engine, session, event, _clock())  # type: ignore[arg-type]
                 if reply is None:
                     if not framer.eof:
                         self._wait()
                         break
-                    reply = engine.abort_wait(session) or TIMED_OUT
+                    reply = commands.abort_wait(engine, session) or TIMED_OUT
             if reply is not None:
                 out.append(reply)
                 out_size += len(reply)

@@ -1,36 +1,37 @@
 """The queue engine: jobs, tubes, reservations and timers, driven by the caller's clock.
 
+Every job state change is one public method here, named after the transition: ``put``,
+``reserve``/``reserve_job``, ``release``, ``bury``, ``kick``/``kick_job``, ``delete``,
+``touch``, ``expire`` (TTR ran out) and ``promote`` (delay ran out). Each sets the job's
+new fields, tells the :class:`~cmdstalk_py.server.journal.Journal`, and only if the
+journal took it moves the job (:class:`~cmdstalk_py.server.store.JobStore` files it).
+It returns the job or an :class:`~cmdstalk_py.server.outcome.Outcome`, never bytes.
+
 Every method takes ``now`` (seconds, any monotonic clock); nothing here reads a clock or
 sleeps. :meth:`Engine.tick` performs what is due (delayed jobs becoming ready, TTR expiry,
 pause ends, reserve timeouts and DEADLINE_SOON) and returns when it next needs to run.
-Replies to connections blocked in a reserve are queued in :attr:`Engine.deliveries`.
-All timers share one heap of ``(when, seq, kind, object)`` alarms; an alarm whose object
-has moved on since it was set is stale and skipped when it comes up.
+Answers to connections blocked in a reserve are queued for :meth:`Engine.take_deliveries`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from heapq import heappop, heappush
 from typing import Any
 
-from cmdstalk_py.server import protocol as p
-from cmdstalk_py.server.commands import COMMANDS
-from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Job
+from cmdstalk_py.server.alarms import DELAY, PAUSE, TTR, WAIT, Alarms
+from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Job, Mark
 from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
+from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
+from cmdstalk_py.server.outcome import Outcome
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
-from cmdstalk_py.server.tube import Tube
+from cmdstalk_py.server.store import JobStore
+from cmdstalk_py.server.tube import Tube, best_ready
 
-#: Reserve answers DEADLINE_SOON within this many seconds of a reservation's deadline.
-SAFETY_MARGIN = 1.0
-
-_DELAY = 0
-_TTR = 1
-_PAUSE = 2
-_WAIT = 3
-
-Alarm = tuple[float, int, int, Any]
+#: What a transition hands back: the job it moved, or why it did not.
+Result = Job | Outcome
+_NOT_FOUND = Outcome.NOT_FOUND
+_JOURNAL_FAILED = Outcome.JOURNAL_FAILED
 
 
 class Engine:
@@ -39,7 +40,7 @@ class Engine:
     def __init__(
         self,
         now: float = 0.0,
-        max_job_size: int = p.DEFAULT_MAX_JOB_SIZE,
+        max_job_size: int = DEFAULT_MAX_JOB_SIZE,
         journal: Journal | None = None,
         info: ServerInfo | None = None,
         cpu: Any = rusage,
@@ -49,10 +50,13 @@ class Engine:
         self.info = info if info is not None else ServerInfo()
         self.cpu = cpu
         self.started = now
-        self.jobs: dict[int, Job] = {}
-        self.tubes: dict[bytes, Tube] = {}
-        self.tube_list: list[Tube] = []
-        self.default = self.tube(b"default")
+        self._alarms = Alarms()
+        #: The alarm heap itself: the network layer reads the next deadline off it.
+        self.alarms = self._alarms.heap
+        self.store = JobStore(self._alarms)
+        self.jobs = self.store.jobs
+        self.tubes = self.store.tubes
+        self.default = self.tubes.tube(b"default")
         self.default.permanent = True
         self.next_id = 1
         self.draining = False
@@ -64,11 +68,8 @@ class Engine:
         self.producers = 0
         self.workers = 0
         self.waiting = 0
-        self.alarms: list[Alarm] = []
-        self._seq = 0
-        self._stale = 0
-        #: (session, reply) for connections whose blocked reserve just got its answer.
-        self.deliveries: list[tuple[Session, bytes]] = []
+        #: (session, answer) for connections whose blocked reserve just ended.
+        self.deliveries: list[tuple[Session, Result]] = []
 
     # ---------------------------------------------------------------- connections
 
@@ -90,320 +91,56 @@ class Engine:
             self._end_wait(session)
         touched: dict[Tube, None] = {}
         for job in list(session.reserved):
-            self._unreserve(job)
-            self._stale += 1
-            self._push_ready(job)
-            touched[job.tube] = None
+            # RESERVED -> READY: its connection is gone (cannot be refused, see journal.py).
+            job.state = READY
             self._journal_quietly(job)
+            self.store.take(job, RESERVED)
+            self.store.place(job)
+            touched[job.tube] = None
         if touched:
             self._process_queue(list(touched), now)
-        use = session.use
-        use.using -= 1
-        self._maybe_drop(use)
-        for t in session.watch:
-            t.watching -= 1
-            self._maybe_drop(t)
+        self.tubes.leave(session)
         if session.producer:
             self.producers -= 1
         if session.worker:
             self.workers -= 1
         self.connections -= 1
 
-    def take_deliveries(self) -> list[tuple[Session, bytes]]:
-        """Replies for blocked connections produced since the last call."""
+    def take_deliveries(self) -> list[tuple[Session, Result]]:
+        """Answers for blocked reserves produced since the last call: a reserved job,
+        TIMED_OUT, DEADLINE_SOON or JOURNAL_FAILED."""
         out = self.deliveries
         self.deliveries = []
         return out
 
-    def execute(self, session: Session, cmd: p.Command, now: float) -> bytes | None:
-        """Run one parsed command; the reply, or None when the connection now waits.
-
-        A :class:`~cmdstalk_py.server.protocol.Put` only counts here and marks a
-        producer; its job is created by :meth:`put` once the body has arrived.
-        """
-        return COMMANDS[type(cmd)](self, session, cmd, now)
-
-    def abort_wait(self, session: Session) -> bytes | None:
-        """The client half-closed while waiting: TIMED_OUT (None if it was not waiting)."""
+    def abort_wait(self, session: Session) -> bool:
+        """The client half-closed while waiting: stop (False if it was not waiting)."""
         if not session.waiting:
-            return None
+            return False
         self._end_wait(session)
-        return p.TIMED_OUT
+        return True
 
     # ---------------------------------------------------------------- tubes
 
     def tube(self, name: bytes) -> Tube:
-        """The tube called ``name``, created if needed."""
+        """The tube called ``name``, created if needed (for jobs restored by a journal)."""
+        return self.tubes.tube(name)
+
+    def pause_tube(self, name: bytes, delay: int, now: float) -> Tube | Outcome:
+        """No job of ``name`` is reserved for ``delay`` seconds."""
         t = self.tubes.get(name)
         if t is None:
-            t = Tube(name, len(self.tube_list), self.jobs)
-            self.tubes[name] = t
-            self.tube_list.append(t)
+            return _NOT_FOUND
+        t.cmd_pause += 1
+        t.paused = True
+        t.pause = delay
+        # A zero pause lasts until the next tick (1.12: 1 ns), so it ends at once.
+        t.unpause_at = now + delay
+        self._alarms.add(t.unpause_at, PAUSE, t)
         return t
 
-    def _maybe_drop(self, t: Tube) -> None:
-        if t.referenced() or self.tubes.get(t.name) is not t:
-            return
-        del self.tubes[t.name]
-        # 1.12 removes from its tube array by moving the last one into the hole.
-        last = self.tube_list.pop()
-        if last is not t:
-            self.tube_list[t.index] = last
-            last.index = t.index
-        t.paused = False
 
     # ---------------------------------------------------------------- transitions
-
-    def _push_ready(self, job: Job) -> None:
-        # (anything) -> READY, without serving waiters.
-        job.state = READY
-        t = job.tube
-        t.ready.push(job)
-        if job.pri < p.URGENT_THRESHOLD:
-            t.urgent += 1
-
-    def _make_ready(self, job: Job, now: float) -> None:
-        # (anything) -> READY, handed straight to the first waiter if there is one. A tube
-        # with waiters and no pause has no ready job, so this job is the best one there.
-        t = job.tube
-        waiting = t.waiting
-        if waiting and not t.paused:
-            s = next(iter(waiting))
-            self._end_wait(s)
-            job.state = READY
-            if self._reserve(s, job, now):
-                self.deliveries.append((s, p.render_reserved(job.id, job.body)))
-                return
-            self.deliveries.append((s, p.INTERNAL_ERROR))
-        self._push_ready(job)
-
-    def _pop_ready(self, t: Tube) -> Job:
-        job = t.ready.pop()
-        if job.pri < p.URGENT_THRESHOLD:
-            t.urgent -= 1
-        return job
-
-    def _to_delayed(self, job: Job) -> None:
-        # (new | RESERVED) -> DELAYED until job.deadline.
-        job.state = DELAYED
-        job.tube.delayed.push((job.deadline, job.id), job)
-        self._alarm(job.deadline, _DELAY, job)
-
-    def _reserve(self, s: Session, job: Job, now: float) -> bool:
-        # READY/DELAYED/BURIED (already unlinked) -> RESERVED by s. False: journal refused.
-        old_deadline = job.deadline
-        old_state = job.state
-        job.state = RESERVED
-        job.reserves += 1
-        job.deadline = now + job.ttr
-        try:
-            self.journal.job_changed(job)
-        except JournalError:
-            job.state = old_state
-            job.reserves -= 1
-            job.deadline = old_deadline
-            return False
-        job.reserver = s
-        s.reserved[job] = None
-        job.tube.reserved += 1
-        self._alarm(job.deadline, _TTR, job)
-        return True
-
-    def _unreserve(self, job: Job) -> None:
-        # RESERVED -> (caller decides): forget the reservation.
-        s = job.reserver
-        if s is not None:
-            del s.reserved[job]
-        job.reserver = None
-        job.tube.reserved -= 1
-
-    def _unlink(self, job: Job) -> None:
-        """Take ``job`` out of whatever container its state puts it in."""
-        state = job.state
-        t = job.tube
-        if state is READY:
-            t.ready.remove(job)
-            if job.pri < p.URGENT_THRESHOLD:
-                t.urgent -= 1
-        elif state is DELAYED:
-            t.delayed.remove(job)
-            self._stale += 1
-        elif state is RESERVED:
-            self._unreserve(job)
-            self._stale += 1
-        elif state is BURIED:
-            del t.buried[job]
-
-    def _forget(self, job: Job) -> None:
-        # (unlinked) -> DELETED: drop it from the id index and its tube's reference. Its
-        # TTR or delay alarm, if any, is stale from now on.
-        job.state = DELETED
-        del self.jobs[job.id]
-        t = job.tube
-        t.jobs -= 1
-        if not t.jobs:
-            self._maybe_drop(t)
-
-    def _journal_quietly(self, job: Job) -> None:
-        # Clock- and disconnect-driven changes cannot be refused (see journal.py).
-        with contextlib.suppress(JournalError):
-            self.journal.job_changed(job)
-
-    # ---------------------------------------------------------------- waiting reserves
-
-    def _best_ready_tube(self, s: Session) -> Tube | None:
-        watch = s.watch
-        if len(watch) == 1:
-            t = watch[0]
-            return t if t.ready and not t.paused else None
-        best: Tube | None = None
-        best_key = None
-        for t in s.watch:
-            if t.ready and not t.paused:
-                key = t.ready.top_key()
-                if best_key is None or key < best_key:
-                    best_key = key
-                    best = t
-        return best
-
-    def _start_wait(self, s: Session, timeout: int, now: float) -> None:
-        s.waiting = True
-        self.waiting += 1
-        for t in s.watch:
-            t.waiting[s] = None
-        s.wait_deadline = now + timeout if timeout > 0 else None
-        self._arm_waiter(s)
-
-    def _arm_waiter(self, s: Session) -> None:
-        wake = s.wait_deadline
-        soonest = s.soonest_deadline()
-        if soonest is not None:
-            margin = soonest - SAFETY_MARGIN
-            if wake is None or margin < wake:
-                wake = margin
-        if wake is not None:
-            s.wake_seq = self._alarm(wake, _WAIT, s)
-
-    def _end_wait(self, s: Session) -> None:
-        s.waiting = False
-        s.wake_seq = -1
-        self.waiting -= 1
-        for t in s.watch:
-            del t.waiting[s]
-
-    def _process_queue(self, tubes: list[Tube], now: float) -> None:
-        # 1.12's process_queue restricted to the tubes that just gained ready jobs: give the
-        # best (pri, id) job among tubes with waiters to that tube's first waiter, repeat.
-        while True:
-            best: Tube | None = None
-            best_key = None
-            for t in tubes:
-                if t.waiting and t.ready and not t.paused:
-                    key = t.ready.top_key()
-                    if best_key is None or key < best_key:
-                        best, best_key = t, key
-            if best is None:
-                return
-            s = next(iter(best.waiting))
-            job = self._pop_ready(best)
-            self._end_wait(s)
-            if self._reserve(s, job, now):
-                self.deliveries.append((s, p.render_reserved(job.id, job.body)))
-            else:
-                self._push_ready(job)
-                self.deliveries.append((s, p.INTERNAL_ERROR))
-
-    # ---------------------------------------------------------------- the clock
-
-    def _alarm(self, when: float, kind: int, obj: Any) -> int:
-        seq = self._seq = self._seq + 1
-        heappush(self.alarms, (when, seq, kind, obj))
-        if self._stale > 1024 and self._stale * 2 > len(self.alarms):
-            self._compact_alarms()
-        return seq
-
-    def arm_ttr(self, job: Job) -> None:
-        """Schedule the TTR expiry of a reserved job at ``job.deadline`` (after touch)."""
-        self._stale += 1
-        self._alarm(job.deadline, _TTR, job)
-
-    def arm_pause(self, t: Tube) -> None:
-        """Schedule the end of ``t``'s pause at ``t.unpause_at``."""
-        self._alarm(t.unpause_at, _PAUSE, t)
-
-    def next_deadline(self) -> float | None:
-        """When :meth:`tick` must next run (None: nothing scheduled)."""
-        alarms = self.alarms
-        return alarms[0][0] if alarms else None
-
-    def tick(self, now: float) -> float | None:
-        """Do everything due at ``now``; return the next deadline."""
-        alarms = self.alarms
-        while alarms and alarms[0][0] <= now:
-            when, seq, kind, obj = heappop(alarms)
-            if kind == _TTR:
-                if obj.state is RESERVED and obj.deadline == when:
-                    self._expire(obj, now)
-            elif kind == _DELAY:
-                if obj.state is DELAYED and obj.deadline == when:
-                    obj.tube.delayed.remove(obj)
-                    # DELAYED -> READY: journaled as ready, not as a delay that ran out.
-                    obj.state = READY
-                    self._journal_quietly(obj)
-                    self._make_ready(obj, now)
-            elif kind == _PAUSE:
-                tube: Tube = obj
-                if tube.paused and tube.unpause_at == when and self.tubes.get(tube.name) is tube:
-                    tube.paused = False
-                    tube.pause = 0
-                    self._process_queue([tube], now)
-            elif kind == _WAIT:
-                s = obj
-                if s.waiting and s.wake_seq == seq:
-                    self._wake_waiter(s, now)
-        return self.next_deadline()
-
-    def _expire(self, job: Job, now: float) -> None:
-        # RESERVED -> READY: the TTR ran out.
-        self._unreserve(job)
-        job.timeouts += 1
-        self.job_timeouts += 1
-        job.state = READY
-        self._journal_quietly(job)
-        self._make_ready(job, now)
-
-    def _wake_waiter(self, s: Session, now: float) -> None:
-        soonest = s.soonest_deadline()
-        if soonest is not None and now >= soonest - SAFETY_MARGIN:
-            # DEADLINE_SOON wins over TIMED_OUT.
-            self._end_wait(s)
-            self.deliveries.append((s, p.DEADLINE_SOON))
-        elif s.wait_deadline is not None and now >= s.wait_deadline:
-            self._end_wait(s)
-            self.deliveries.append((s, p.TIMED_OUT))
-        else:
-            self._arm_waiter(s)
-
-    def _compact_alarms(self) -> None:
-        live: list[Alarm] = []
-        for alarm in self.alarms:
-            when, seq, kind, obj = alarm
-            if kind == _TTR:
-                ok = obj.state is RESERVED and obj.deadline == when
-            elif kind == _DELAY:
-                ok = obj.state is DELAYED and obj.deadline == when
-            elif kind == _PAUSE:
-                ok = obj.paused and obj.unpause_at == when
-            else:
-                ok = obj.waiting and obj.wake_seq == seq
-            if ok:
-                live.append(alarm)
-        live.sort()
-        # In place: tick() may be iterating over this very list.
-        self.alarms[:] = live
-        self._stale = 0
-
-    # ---------------------------------------------------------------- put
 
     def begin_put(self, s: Session) -> None:
         """A ``put`` line passed its checks: count it, mark a producer (before the body)."""
@@ -412,46 +149,299 @@ class Engine:
             s.producer = True
             self.producers += 1
 
-    def put(self, s: Session, cmd: p.Put, body: bytes, now: float) -> bytes:
-        """Create the job of ``cmd`` once ``body`` (size + 2 bytes) has arrived."""
+    def put(self, s: Session, pri: int, delay: int, ttr: int, body: bytes, now: float) -> Result:
+        """(new) -> READY, or DELAYED for ``delay`` seconds, in ``s``'s used tube.
+
+        ``body`` is the data chunk with its CRLF. Like 1.12, a refused put (BAD_BODY,
+        DRAINING, JOURNAL_FAILED) still uses up its id.
+        """
         job_id = self.next_id
         self.next_id = job_id + 1
-        if body[-2:] != p.CRLF:
-            return p.EXPECTED_CRLF
+        if body[-2:] != b"\r\n":
+            return Outcome.BAD_BODY
         if self.draining:
-            return p.DRAINING
+            return Outcome.DRAINING
         t = s.use
-        job = Job(job_id, t, cmd.pri, cmd.delay, cmd.ttr or 1, body, now)
-        if cmd.delay:
+        job = Job(job_id, t, pri, delay, ttr or 1, body, now)
+        if delay:
             job.state = DELAYED
-            job.deadline = now + cmd.delay
+            job.deadline = now + delay
         try:
             self.journal.job_put(job)
         except JournalError:
-            return p.OUT_OF_MEMORY
-        self.jobs[job_id] = job
-        t.jobs += 1
+            return _JOURNAL_FAILED
+        self.store.add(job)
         t.total_jobs += 1
         self.total_jobs += 1
-        if cmd.delay:
-            self._to_delayed(job)
+        if delay:
+            self.store.place(job)
         else:
             self._make_ready(job, now)
-        return b"INSERTED %d\r\n" % job_id
+        return job
+
+    def reserve(self, s: Session, timeout: int, now: float) -> Result:
+        """READY -> RESERVED: the best job of ``s``'s watched tubes.
+
+        ``timeout`` -1 waits for ever, 0 not at all. Without a job at hand: DEADLINE_SOON,
+        TIMED_OUT, or WAITING (the answer comes later through :meth:`take_deliveries`).
+        """
+        self._worker(s)
+        t = best_ready(s.watch)
+        if t is not None:
+            return self._serve(s, t, now)
+        # 1.12 does not look at pauses here: a ready job in a paused tube still counts.
+        if s.reserved and not any(w.ready for w in s.watch) and s.deadline_soon(now):
+            return Outcome.DEADLINE_SOON
+        if timeout == 0:
+            return Outcome.TIMED_OUT
+        s.start_wait(timeout, now)
+        self.waiting += 1
+        self._arm_waiter(s)
+        return Outcome.WAITING
+
+    def reserve_job(self, s: Session, job_id: int, now: float) -> Result:
+        """READY/DELAYED/BURIED -> RESERVED by ``s``, in any tube, paused or not."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is RESERVED:
+            return _NOT_FOUND
+        old = job.state
+        if not self._reserve(s, job, now):
+            return _JOURNAL_FAILED
+        self.store.take(job, old)
+        self._worker(s)
+        return job
+
+    def release(self, s: Session, job_id: int, pri: int, delay: int, now: float) -> Result:
+        """RESERVED -> READY, or DELAYED for ``delay`` seconds, with priority ``pri``."""
+        job = self._owned(s, job_id)
+        if job is None:
+            return _NOT_FOUND
+        mark = job.mark()
+        job.pri = pri
+        job.delay = delay
+        job.releases += 1
+        if delay:
+            job.state = DELAYED
+            job.deadline = now + delay
+        else:
+            job.state = READY
+        if not self._journal(job, mark):
+            return _JOURNAL_FAILED
+        self.store.take(job, RESERVED)
+        if delay:
+            self.store.place(job)
+        else:
+            self._make_ready(job, now)
+        return job
+
+    def bury(self, s: Session, job_id: int, pri: int) -> Result:
+        """RESERVED -> BURIED, last in its tube's buried FIFO, with priority ``pri``."""
+        job = self._owned(s, job_id)
+        if job is None:
+            return _NOT_FOUND
+        mark = job.mark()
+        job.pri = pri
+        job.buries += 1
+        job.state = BURIED
+        if not self._journal(job, mark):
+            return _JOURNAL_FAILED
+        self.store.take(job, RESERVED)
+        self.store.place(job)
+        return job
+
+    def touch(self, s: Session, job_id: int, now: float) -> Result:
+        """RESERVED -> RESERVED with a fresh TTR.
+
+        Not journalled: nothing persisted changes (a reserved job is logged without its
+        deadline and comes back ready after a restart).
+        """
+        job = self._owned(s, job_id)
+        if job is None:
+            return _NOT_FOUND
+        job.deadline = now + job.ttr
+        self.store.retime(job)
+        return job
+
+    def delete(self, s: Session, job_id: int) -> Result:
+        """(any state) -> DELETED; a reserved job only by the connection holding it."""
+        job = self.jobs.get(job_id)
+        if job is None or (job.state is RESERVED and job.reserver is not s):
+            return _NOT_FOUND
+        try:
+            self.journal.job_deleted(job)
+        except JournalError:
+            return _JOURNAL_FAILED
+        self.store.take(job, job.state)
+        job.tube.cmd_delete += 1
+        job.state = DELETED
+        self.store.remove(job)
+        return job
+
+    def kick(self, t: Tube, bound: int, now: float) -> int:
+        """BURIED -> READY for up to ``bound`` jobs of ``t``, oldest first; only when none
+        is buried, DELAYED -> READY, earliest first. Returns how many were kicked."""
+        count = 0
+        buried = bool(t.buried)
+        while count < bound:
+            job = next(iter(t.buried), None) if buried else t.delayed.peek()
+            if job is None or not self._kick(job, now):
+                break
+            count += 1
+        return count
+
+    def kick_job(self, job_id: int, now: float) -> Result:
+        """BURIED/DELAYED -> READY for one job, in any tube."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is READY or job.state is RESERVED:
+            return _NOT_FOUND
+        return job if self._kick(job, now) else _JOURNAL_FAILED
+
+    def expire(self, job: Job, now: float) -> None:
+        """RESERVED -> READY: the TTR ran out (journalled; cannot be refused)."""
+        job.timeouts += 1
+        job.state = READY
+        self._journal_quietly(job)
+        self.job_timeouts += 1
+        self.store.take(job, RESERVED, fired=True)
+        self._make_ready(job, now)
+
+    def promote(self, job: Job, now: float) -> None:
+        """DELAYED -> READY: the delay ran out (journalled as ready; cannot be refused)."""
+        job.state = READY
+        self._journal_quietly(job)
+        self.store.take(job, DELAYED, fired=True)
+        self._make_ready(job, now)
 
     def restore(self, job: Job, tube_name: bytes, now: float) -> None:
         """Add a job recovered from a journal (reserved jobs come back ready).
 
         ``job.state``/``deadline`` say where it goes; the id counter moves past its id.
         """
-        t = self.tube(tube_name)
-        job.tube = t
-        self.jobs[job.id] = job
-        t.jobs += 1
+        job.tube = self.tube(tube_name)
+        if job.state is RESERVED:
+            job.state = READY
+        self.store.add(job)
         self.next_id = max(self.next_id, job.id + 1)
-        if job.state is DELAYED:
-            self._to_delayed(job)
-        elif job.state is BURIED:
-            t.buried[job] = None
+        self.store.place(job)
+
+    # ---------------------------------------------------------------- transition steps
+
+    def _owned(self, s: Session, job_id: int) -> Job | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not RESERVED or job.reserver is not s:
+            return None
+        return job
+
+    def _worker(self, s: Session) -> None:
+        if not s.worker:
+            s.worker = True
+            self.workers += 1
+
+    def _journal(self, job: Job, mark: Mark) -> bool:
+        # The job's fields already say what it becomes; a refusal puts them back.
+        try:
+            self.journal.job_changed(job)
+        except JournalError:
+            job.rollback(mark)
+            return False
+        return True
+
+    def _journal_quietly(self, job: Job) -> None:
+        # Clock- and disconnect-driven changes cannot be refused (see journal.py).
+        with contextlib.suppress(JournalError):
+            self.journal.job_changed(job)
+
+    def _kick(self, job: Job, now: float) -> bool:
+        # BURIED/DELAYED -> READY. False: the journal refused, the job stays where it was.
+        old = job.state
+        mark = job.mark()
+        job.kicks += 1
+        job.state = READY
+        if not self._journal(job, mark):
+            return False
+        self.store.take(job, old)
+        self._make_ready(job, now)
+        return True
+
+    def _reserve(self, s: Session, job: Job, now: float) -> bool:
+        # -> RESERVED by s; the caller takes it out of its old place. False: refused.
+        mark = job.mark()
+        job.state = RESERVED
+        job.reserves += 1
+        job.deadline = now + job.ttr
+        if not self._journal(job, mark):
+            return False
+        self.store.hold(job, s)
+        return True
+
+    def _serve(self, s: Session, t: Tube, now: float) -> Result:
+        # READY -> RESERVED for t's best job, taken out first (while it is still READY).
+        job = self.store.pop_ready(t)
+        if self._reserve(s, job, now):
+            return job
+        self.store.place(job)
+        return _JOURNAL_FAILED
+
+    def _make_ready(self, job: Job, now: float) -> None:
+        # (READY, not filed yet) -> to the tube's first waiter if there is one, else filed.
+        # A tube with waiters and no pause has no ready job: this one is the best.
+        t = job.tube
+        waiting = t.waiting
+        if waiting and not t.paused:
+            s = next(iter(waiting))
+            self._end_wait(s)
+            if self._reserve(s, job, now):
+                self.deliveries.append((s, job))
+                return
+            self.deliveries.append((s, _JOURNAL_FAILED))
+        self.store.place(job)
+
+    # ---------------------------------------------------------------- waiting reserves
+
+    def _arm_waiter(self, s: Session) -> None:
+        wake = s.wake_at()
+        if wake is not None:
+            s.wake_seq = self._alarms.add(wake, WAIT, s)
+
+    def _end_wait(self, s: Session) -> None:
+        s.end_wait()
+        self.waiting -= 1
+
+    def _process_queue(self, tubes: list[Tube], now: float) -> None:
+        # 1.12's process_queue restricted to the tubes that just gained ready jobs: give the
+        # best (pri, id) job among tubes with waiters to that tube's first waiter, repeat.
+        while (best := best_ready(t for t in tubes if t.waiting)) is not None:
+            s = next(iter(best.waiting))
+            self._end_wait(s)
+            self.deliveries.append((s, self._serve(s, best, now)))
+
+    def _wake_waiter(self, s: Session, now: float) -> None:
+        over = s.wait_over(now)
+        if over is None:
+            self._arm_waiter(s)
         else:
-            self._push_ready(job)
+            self._end_wait(s)
+            self.deliveries.append((s, over))
+
+    # ---------------------------------------------------------------- the clock
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` must next run (None: nothing scheduled)."""
+        return self._alarms.next_deadline()
+
+    def tick(self, now: float) -> float | None:
+        """Do everything due at ``now``; return the next deadline."""
+        pop_due = self._alarms.pop_due
+        while (alarm := pop_due(now)) is not None:
+            kind, obj = alarm[2], alarm[3]
+            if kind == TTR:
+                self.expire(obj, now)
+            elif kind == DELAY:
+                self.promote(obj, now)
+            elif kind == PAUSE:
+                obj.paused = False
+                obj.pause = 0
+                self._process_queue([obj], now)
+            else:
+                self._wake_waiter(obj, now)
+        return self._alarms.next_deadline()

@@ -27,6 +27,12 @@ RESERVED = JobState.RESERVED
 BURIED = JobState.BURIED
 DELETED = JobState.DELETED
 
+#: Jobs with a priority below this count as urgent (``current-jobs-urgent``).
+URGENT_THRESHOLD = 1024
+
+#: A job's changeable persisted fields, as saved by :meth:`Job.mark`.
+Mark = tuple[JobState, int, int, float, int, int, int, int, int]
+
 
 class Job:
     """A job. ``body`` keeps the CRLF that ended it on the wire (it is sent back as is).
@@ -86,6 +92,16 @@ class Job:
         self.heap_index = -1
         self.reserver: Session | None = None
         self.jref: object = None
+
+    def mark(self) -> Mark:
+        """The persisted fields a transition may change, for :meth:`rollback`."""
+        return (self.state, self.pri, self.delay, self.deadline, self.reserves,
+                self.timeouts, self.releases, self.buries, self.kicks)
+
+    def rollback(self, mark: Mark) -> None:
+        """Put back the fields saved by :meth:`mark` (the journal refused the change)."""
+        (self.state, self.pri, self.delay, self.deadline, self.reserves,
+         self.timeouts, self.releases, self.buries, self.kicks) = mark
 
     @property
     def size(self) -> int:

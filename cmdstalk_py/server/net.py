@@ -24,6 +24,7 @@ import socket
 import sys
 from typing import Any
 
+from cmdstalk_py.server import commands
 from cmdstalk_py.server.conn import INPUT_LIMIT, RECV_SIZE, WRITE_HIGH, ServerConn
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import DurableJournal
@@ -182,7 +183,7 @@ class Server:
             return
         engine = self.engine
         if engine.deliveries:
-            for session, reply in engine.take_deliveries():
+            for session, reply in commands.deliveries(engine):
                 conn: ServerConn = session.owner  # type: ignore[assignment]
                 conn.deliver(reply)
         alarms = engine.alarms

@@ -91,9 +91,6 @@ from cmdstalk_py.server.verbs import Touch as Touch
 from cmdstalk_py.server.verbs import Use as Use
 from cmdstalk_py.server.verbs import Watch as Watch
 
-#: Priorities below this count as urgent.
-URGENT_THRESHOLD = 1024
-
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 

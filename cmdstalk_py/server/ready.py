@@ -5,9 +5,8 @@ the heap is kept by the C ``heapq`` functions and costs no per-job bookkeeping o
 A job that leaves the ready state some other way than by :meth:`ReadyQueue.pop` (delete,
 reserve-job) leaves its entry behind; an entry counts only while its job is still ready
 with that key, stale ones are skipped when they reach the top and swept out when they
-outnumber the live ones. The index-tracked :class:`~cmdstalk_py.server.heap.Heap` costs
-an int object per job for its position and pops in Python; this is both smaller and
-several times faster for draining a deep queue.
+outnumber the live ones. Unlike the index-tracked :class:`~cmdstalk_py.server.heap.Heap`
+it keeps no position per job and pops in C: smaller and faster for a deep queue.
 """
 
 from __future__ import annotations
@@ -85,9 +84,9 @@ class ReadyQueue:
             self.stale -= 1
 
     def remove(self, job: Job) -> None:
-        """``job`` is about to leave the ready state by other means; its entry goes stale.
+        """``job`` leaves the ready state by other means; its entry goes stale.
 
-        Call it while ``job`` is still ready; the caller then changes its state.
+        Call it before ``job``'s priority changes (its state may already have changed).
         """
         self.live -= 1
         self.stale += 1

@@ -1,12 +1,23 @@
-"""Per-connection state as the engine sees it."""
+"""Per-connection state as the engine sees it: tubes, reservations, a blocked reserve.
+
+Also the one DEADLINE_SOON rule (docs §4.2): a connection holding a reservation whose
+TTR ends within :data:`SAFETY_MARGIN` is answered DEADLINE_SOON instead of blocking, both
+when it asks (``Engine.reserve``) and while it already waits (woken at
+:meth:`Session.wake_at`).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cmdstalk_py.server.outcome import DEADLINE_SOON, TIMED_OUT, Outcome
+
 if TYPE_CHECKING:
     from cmdstalk_py.server.job import Job
     from cmdstalk_py.server.tube import Tube
+
+#: A reservation this close (seconds) to its TTR deadline makes reserve say DEADLINE_SOON.
+SAFETY_MARGIN = 1.0
 
 
 class Session:
@@ -16,7 +27,6 @@ class Session:
         "closed",
         "owner",
         "producer",
-        "put_pending",
         "reserved",
         "use",
         "wait_deadline",
@@ -41,10 +51,48 @@ class Session:
         self.closed = False
         # The network layer's connection object, opaque to the engine.
         self.owner = owner
-        self.put_pending = False
 
-    def soonest_deadline(self) -> float | None:
-        """The earliest TTR deadline among this connection's reservations."""
+    def deadline_soon_at(self) -> float | None:
+        """From when on a reserve is answered DEADLINE_SOON (None: no reservation)."""
         if not self.reserved:
             return None
-        return min(j.deadline for j in self.reserved)
+        return min(j.deadline for j in self.reserved) - SAFETY_MARGIN
+
+    def deadline_soon(self, now: float) -> bool:
+        """True when a reservation's TTR ends within the safety margin of ``now``."""
+        at = self.deadline_soon_at()
+        return at is not None and now >= at
+
+    # ---------------------------------------------------------------- a blocked reserve
+
+    def start_wait(self, timeout: int, now: float) -> None:
+        """Block in a reserve, queued on every watched tube; ``timeout`` -1: for ever."""
+        self.waiting = True
+        for t in self.watch:
+            t.waiting[self] = None
+        self.wait_deadline = now + timeout if timeout > 0 else None
+
+    def end_wait(self) -> None:
+        """The reserve got its answer, or was given up: leave the tubes' queues."""
+        self.waiting = False
+        self.wake_seq = -1
+        for t in self.watch:
+            del t.waiting[self]
+
+    def wake_at(self) -> float | None:
+        """When the blocked reserve must be looked at again: its timeout or, earlier,
+        DEADLINE_SOON (None: only a job can end it)."""
+        wake = self.wait_deadline
+        soon = self.deadline_soon_at()
+        if soon is not None and (wake is None or soon < wake):
+            return soon
+        return wake
+
+    def wait_over(self, now: float) -> Outcome | None:
+        """How the blocked reserve ends at ``now`` without a job, if it does."""
+        if self.deadline_soon(now):
+            # DEADLINE_SOON wins over TIMED_OUT.
+            return DEADLINE_SOON
+        if self.wait_deadline is not None and now >= self.wait_deadline:
+            return TIMED_OUT
+        return None

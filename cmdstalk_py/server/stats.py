@@ -44,7 +44,7 @@ def _uname() -> tuple[str, str, str]:
 class ServerInfo:
     """Facts about the server process printed by ``stats`` (this process's by default)."""
 
-    # A plain class: dataclasses (with inspect) would add ~10 ms to the server's start-up.
+    # A plain class: importing dataclasses (and inspect) would slow the server's start-up.
     __slots__ = ("hostname", "instance_id", "os_version", "pid", "platform")
 
     def __init__(

@@ -1,7 +1,9 @@
-"""Tubes: per-tube queues (ready heap, delay heap, buried FIFO), waiters and counters."""
+"""Tubes: per-tube queues (ready heap, delay heap, buried FIFO), waiters and counters, and
+the set of live tubes with the connections' references to them (use, watch, ignore)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from cmdstalk_py.server.heap import Heap
@@ -66,3 +68,114 @@ class Tube:
 
     def __repr__(self) -> str:
         return f"<Tube {self.name.decode()}>"
+
+
+def best_ready(tubes: Iterable[Tube]) -> Tube | None:
+    """The unpaused tube among ``tubes`` whose next ready job comes first, if any."""
+    best: Tube | None = None
+    best_key = None
+    for t in tubes:
+        if t.ready and not t.paused:
+            if best is None:
+                # Keys are only compared once there is a second candidate.
+                best = t
+                continue
+            if best_key is None:
+                best_key = best.ready.top_key()
+            key = t.ready.top_key()
+            if key < best_key:
+                best, best_key = t, key
+    return best
+
+
+class TubeSet:
+    """The live tubes, by name and in ``list-tubes`` order (docs §2).
+
+    A tube is created when first named and dropped as soon as nothing references it: no
+    connection uses or watches it and no job is in it (``default`` stays for ever).
+    """
+
+    __slots__ = ("by_name", "jobs", "order")
+
+    def __init__(self, jobs: dict[int, Job]) -> None:
+        self.by_name: dict[bytes, Tube] = {}
+        self.order: list[Tube] = []
+        #: The engine's id index, shared by every tube's ready queue.
+        self.jobs = jobs
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __iter__(self) -> Iterator[Tube]:
+        return iter(self.order)
+
+    def get(self, name: bytes) -> Tube | None:
+        """The live tube called ``name``, if there is one."""
+        return self.by_name.get(name)
+
+    def tube(self, name: bytes) -> Tube:
+        """The tube called ``name``, created if needed."""
+        t = self.by_name.get(name)
+        if t is None:
+            t = Tube(name, len(self.order), self.jobs)
+            self.by_name[name] = t
+            self.order.append(t)
+        return t
+
+    def drop_if_unused(self, t: Tube) -> None:
+        """Forget ``t`` if nothing references it any more."""
+        if t.referenced() or self.by_name.get(t.name) is not t:
+            return
+        del self.by_name[t.name]
+        # 1.12 removes from its tube array by moving the last one into the hole.
+        last = self.order.pop()
+        if last is not t:
+            self.order[t.index] = last
+            last.index = t.index
+        t.paused = False
+
+    def use(self, s: Session, name: bytes) -> Tube:
+        """``s`` puts into (and peeks and kicks in) ``name`` from now on."""
+        t = self.tube(name)
+        old = s.use
+        if t is not old:
+            t.using += 1
+            s.use = t
+            old.using -= 1
+            self.drop_if_unused(old)
+        return t
+
+    def watch(self, s: Session, name: bytes) -> int:
+        """``s`` reserves from ``name`` too; how many tubes it watches."""
+        t = self.tube(name)
+        if t not in s.watch:
+            s.watch.append(t)
+            t.watching += 1
+        return len(s.watch)
+
+    def ignore(self, s: Session, name: bytes) -> int | None:
+        """``s`` stops watching ``name``; how many it still watches (None: it is the last
+        one, which stays)."""
+        t = self.by_name.get(name)
+        watch = s.watch
+        if t is None or t not in watch:
+            return len(watch)
+        if len(watch) == 1:
+            return None
+        # 1.12 removes from the watch array by moving the last one into the hole.
+        i = watch.index(t)
+        last = watch.pop()
+        if i < len(watch):
+            watch[i] = last
+        t.watching -= 1
+        self.drop_if_unused(t)
+        return len(watch)
+
+    def leave(self, s: Session) -> None:
+        """``s`` closed: it no longer uses or watches anything."""
+        use = s.use
+        use.using -= 1
+        self.drop_if_unused(use)
+        for t in s.watch:
+            t.watching -= 1
+            self.drop_if_unused(t)

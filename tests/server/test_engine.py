@@ -1,9 +1,12 @@
-"""The queue engine on a fake clock: no sockets, no sleeps; time moves only by hand."""
+"""The queue engine behind the dispatcher on a fake clock: protocol lines in, replies out;
+no sockets, no sleeps; time moves only by hand (the transitions one by one, without
+reply bytes: test_transitions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from cmdstalk_py.server import commands
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import Job
@@ -34,8 +37,8 @@ class World:
         if isinstance(cmd, p.Put):
             self.engine.begin_put(s)
             data = (body if body is not None else b"x" * cmd.size) + b"\r\n"
-            return self.engine.put(s, cmd, data, self.clock.now)
-        return self.engine.execute(s, cmd, self.clock.now)
+            return commands.put_body(self.engine, s, cmd, data, self.clock.now)
+        return commands.execute(self.engine, s, cmd, self.clock.now)
 
     def put(self, s: Session, pri: int = 0, delay: int = 0, ttr: int = 60,
             body: bytes = b"job") -> int:
@@ -52,7 +55,7 @@ class World:
         self.engine.tick(self.clock.now)
 
     def deliveries(self) -> list[tuple[Session, bytes]]:
-        return self.engine.take_deliveries()
+        return commands.deliveries(self.engine)
 
     def yaml(self, s: Session, line: str) -> dict[str, str]:
         reply = self.do(s, line)
@@ -275,8 +278,8 @@ def test_pause_end_serves_waiters(w: World) -> None:
 def test_abort_wait_and_disconnect_of_a_waiter(w: World) -> None:
     c, d, prod = w.connect(), w.connect(), w.connect()
     w.do(c, "reserve")
-    assert w.engine.abort_wait(c) == p.TIMED_OUT
-    assert w.engine.abort_wait(c) is None
+    assert commands.abort_wait(w.engine, c) == p.TIMED_OUT
+    assert commands.abort_wait(w.engine, c) is None
     w.do(d, "reserve")
     w.engine.disconnect(d, w.clock.now)
     job = w.put(prod)
@@ -404,7 +407,8 @@ def test_urgent_and_state_counts(w: World) -> None:
 def test_expected_crlf_and_draining_consume_ids(w: World) -> None:
     c = w.connect()
     w.engine.begin_put(c)
-    assert w.engine.put(c, p.Put(0, 0, 1, 1), b"xyz", w.clock.now) == p.EXPECTED_CRLF
+    assert commands.put_body(w.engine, c, p.Put(0, 0, 1, 1), b"xyz", w.clock.now) == (
+        p.EXPECTED_CRLF)
     w.engine.draining = True
     assert w.do(c, "put 0 0 1 1", b"x") == p.DRAINING
     w.engine.draining = False

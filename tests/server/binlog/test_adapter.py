@@ -11,6 +11,7 @@ import errno
 import re
 from pathlib import Path
 
+from cmdstalk_py.server import commands
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions
 from cmdstalk_py.server.binlog.adapter import BinlogJournal
@@ -42,8 +43,8 @@ def run(engine: Engine, s: Session, line: bytes, now: float, body: bytes | None 
     if isinstance(cmd, p.Put):
         engine.begin_put(s)
         assert body is not None
-        return engine.put(s, cmd, body + b"\r\n", now)
-    reply = engine.execute(s, cmd, now)
+        return commands.put_body(engine, s, cmd, body + b"\r\n", now)
+    reply = commands.execute(engine, s, cmd, now)
     assert reply is not None
     return reply
 

@@ -2,12 +2,13 @@
 
 ``cmdstalk-server``'s flags (``cli``) and ``EmbeddedServer``'s arguments (``embedded``)
 both become a ``ServerConfig``, which ``assembly`` turns into a running server. Import-light
-on purpose: ``cli`` reads the defaults before the server is loaded.
+on purpose (a ``NamedTuple``, not a dataclass, whose module pulls in ``inspect``): ``cli``
+reads it before it listens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
 
@@ -25,8 +26,7 @@ MIN_SEGMENT_SIZE = 1024
 PREALLOCATE = 1 << 20
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(NamedTuple):
     """What the server is started with: ``-z``, ``-b``, ``-f`` / ``-F``, ``-s``.
 
     ``fsync_ms`` None never fsyncs (``-F``). Without ``binlog_dir``, ``segment_size`` is

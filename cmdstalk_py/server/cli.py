@@ -1,7 +1,7 @@
 """The ``cmdstalk-server`` command line: a drop-in for ``beanstalkd``'s flags.
 
-Kept import-light on purpose: clients' test suites give a freshly spawned server about
-0.1 s to accept connections.
+Kept import-light on purpose: clients' test suites give a freshly spawned server only a
+fraction of a second to accept connections.
 """
 
 from __future__ import annotations
@@ -13,13 +13,16 @@ from collections.abc import Sequence
 from types import FrameType
 
 from cmdstalk_py.server import limits as p
+from cmdstalk_py.server.config import (
+    DEFAULT_FSYNC_MS,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_SEGMENT_SIZE,
+    ServerConfig,
+)
 from cmdstalk_py.server.listen import open_listener
 
-DEFAULT_PORT = 11300
 VERSION = "1.12"
-DEFAULT_FSYNC_MS = 50
-#: beanstalkd's default ``-s`` (kept here: the binlog package is not imported without -b).
-DEFAULT_SEGMENT_SIZE = 10485760
 
 _DESCRIPTION = """\
 A beanstalkd 1.12-compatible work queue server.
@@ -61,27 +64,56 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )
-    ap.add_argument("-l", dest="listen", metavar="ADDR", default="127.0.0.1",
-                    help="listen on address ADDR, or unix:PATH for a unix socket "
-                    "(default 127.0.0.1; beanstalkd's default is all interfaces)")
-    ap.add_argument("-p", dest="port", metavar="PORT", type=_port, default=DEFAULT_PORT,
-                    help=f"listen on TCP port PORT (default {DEFAULT_PORT})")
-    ap.add_argument("-z", dest="max_job_size", metavar="BYTES", type=_positive_int,
-                    default=p.DEFAULT_MAX_JOB_SIZE,
-                    help=f"maximum job size in bytes (default {p.DEFAULT_MAX_JOB_SIZE}, "
-                    f"at most {p.MAX_JOB_SIZE_CAP})")
-    ap.add_argument("-b", dest="binlog_dir", metavar="DIR",
-                    help="write-ahead log directory: jobs survive restarts and crashes")
+    ap.add_argument(
+        "-l",
+        dest="listen",
+        metavar="ADDR",
+        default=DEFAULT_HOST,
+        help="listen on address ADDR, or unix:PATH for a unix socket "
+        f"(default {DEFAULT_HOST}; beanstalkd's default is all interfaces)",
+    )
+    ap.add_argument(
+        "-p",
+        dest="port",
+        metavar="PORT",
+        type=_port,
+        default=DEFAULT_PORT,
+        help=f"listen on TCP port PORT (default {DEFAULT_PORT})",
+    )
+    ap.add_argument(
+        "-z",
+        dest="max_job_size",
+        metavar="BYTES",
+        type=_positive_int,
+        default=p.DEFAULT_MAX_JOB_SIZE,
+        help=f"maximum job size in bytes (default {p.DEFAULT_MAX_JOB_SIZE}, "
+        f"at most {p.MAX_JOB_SIZE_CAP})",
+    )
+    ap.add_argument(
+        "-b",
+        dest="binlog_dir",
+        metavar="DIR",
+        help="write-ahead log directory: jobs survive restarts and crashes",
+    )
     # -f and -F share one destination: the last one given wins, as in beanstalkd.
-    ap.add_argument("-f", dest="fsync_ms", metavar="MS", type=_positive_int,
-                    default=DEFAULT_FSYNC_MS,
-                    help=f"fsync at most once every MS milliseconds (default "
-                    f"{DEFAULT_FSYNC_MS}); -f 0: fsync before every reply that changes state")
-    ap.add_argument("-F", dest="fsync_ms", action="store_const", const=None,
-                    help="never fsync")
-    ap.add_argument("-s", dest="binlog_size", metavar="BYTES", type=_positive_int,
-                    default=DEFAULT_SEGMENT_SIZE,
-                    help=f"size of each binlog file (default {DEFAULT_SEGMENT_SIZE})")
+    ap.add_argument(
+        "-f",
+        dest="fsync_ms",
+        metavar="MS",
+        type=_positive_int,
+        default=DEFAULT_FSYNC_MS,
+        help=f"fsync at most once every MS milliseconds (default "
+        f"{DEFAULT_FSYNC_MS}); -f 0: fsync before every reply that changes state",
+    )
+    ap.add_argument("-F", dest="fsync_ms", action="store_const", const=None, help="never fsync")
+    ap.add_argument(
+        "-s",
+        dest="binlog_size",
+        metavar="BYTES",
+        type=_positive_int,
+        default=DEFAULT_SEGMENT_SIZE,
+        help=f"size of each binlog file (default {DEFAULT_SEGMENT_SIZE})",
+    )
     ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
     ap.add_argument("-v", dest="version", action="store_true", help="show version and exit")
     ap.add_argument("-h", "--help", action="help", help="show this help and exit")
@@ -126,9 +158,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     # meanwhile wait in the backlog instead of getting "connection refused".
     from cmdstalk_py.server.run import serve
 
-    durable = None
-    if args.binlog_dir:
-        from cmdstalk_py.server.durable import DurableConfig
-
-        durable = DurableConfig(args.binlog_dir, args.fsync_ms, args.binlog_size)
-    raise SystemExit(serve(sock, max_job_size, early, args.verbose, durable, args.binlog_size))
+    config = ServerConfig(
+        max_job_size=max_job_size,
+        binlog_dir=args.binlog_dir or None,
+        fsync_ms=args.fsync_ms,
+        segment_size=args.binlog_size,
+        freeze_recovered=True,  # this process is nothing but the server
+    )
+    raise SystemExit(serve(sock, config, early, args.verbose))

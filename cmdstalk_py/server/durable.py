@@ -1,4 +1,4 @@
-"""Starting a server with a binlog (``-b``): options from the flags, recovery, logging.
+"""Opening the binlog behind a server (``-b``): options from the settings, recovery, logging.
 
 Imported only when a binlog is asked for, so the in-memory start-up path never loads the
 binlog package (start-up time, see ``cli``).
@@ -9,46 +9,31 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
 
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions, FileOps
 from cmdstalk_py.server.binlog.adapter import BinlogJournal
-from cmdstalk_py.server.binlog.options import DEFAULT_SEGMENT_SIZE
+from cmdstalk_py.server.config import MIN_SEGMENT_SIZE, PREALLOCATE, ServerConfig
 from cmdstalk_py.server.engine import Engine
-
-#: The smallest segment the binlog accepts; smaller ``-s`` values are raised to it.
-MIN_SEGMENT_SIZE = 1024
-#: Zeros written ahead of the records when fsyncing (see ``binlog.segment``): an fsync
-#: then has no new file size to commit, which halves its cost on ext4.
-PREALLOCATE = 1 << 20
 
 LOGGER = "cmdstalk_py.server.binlog"
 
 
-@dataclass(frozen=True)
-class DurableConfig:
-    """The binlog flags: ``-b DIR``, ``-f MS`` (None: ``-F``, never fsync), ``-s BYTES``."""
-
-    directory: str
-    fsync_ms: int | None = 50
-    segment_size: int = DEFAULT_SEGMENT_SIZE
-
-    def options(self) -> BinlogOptions:
-        """The binlog's options for these flags."""
-        return BinlogOptions(
-            fsync_ms=self.fsync_ms,
-            segment_size=max(MIN_SEGMENT_SIZE, self.segment_size),
-            preallocate=0 if self.fsync_ms is None else PREALLOCATE,
-        )
+def binlog_options(config: ServerConfig) -> BinlogOptions:
+    """The binlog's options for the server's settings."""
+    return BinlogOptions(
+        fsync_ms=config.fsync_ms,
+        segment_size=max(MIN_SEGMENT_SIZE, config.segment_size),
+        preallocate=0 if config.fsync_ms is None else PREALLOCATE,
+    )
 
 
-def open_journal(config: DurableConfig, ops: FileOps | None = None) -> BinlogJournal:
-    """Lock and recover ``config.directory`` (raises ``BinlogError`` with a clear message).
+def open_journal(directory: str, config: ServerConfig, ops: FileOps | None = None) -> BinlogJournal:
+    """Lock and recover ``directory`` (raises ``BinlogError`` with a clear message).
 
     The journal's clock is ``time.monotonic``, the clock of the server loop and of the
     network layer, so the engine's times and the journal's agree.
     """
-    binlog = Binlog(config.directory, config.options(), ops=ops)
+    binlog = Binlog(directory, binlog_options(config), ops=ops)
     return BinlogJournal(binlog, clock=time.monotonic)
 
 

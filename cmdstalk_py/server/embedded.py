@@ -1,10 +1,10 @@
 """Run the bundled server inside this process, on a background thread.
 
-    with EmbeddedServer() as srv:          # 127.0.0.1, a free port
-        host, port = srv.address
+with EmbeddedServer() as srv:          # 127.0.0.1, a free port
+    host, port = srv.address
 
-    with EmbeddedServer(binlog_dir="/var/lib/q", fsync_ms=0) as srv:   # durable, -b -f 0
-        ...
+with EmbeddedServer(binlog_dir="/var/lib/q", fsync_ms=0) as srv:   # durable, -b -f 0
+    ...
 """
 
 from __future__ import annotations
@@ -14,18 +14,21 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from cmdstalk_py.server import protocol as p
+from cmdstalk_py.server.assembly import Assembly
+from cmdstalk_py.server.config import (
+    DEFAULT_FSYNC_MS,
+    DEFAULT_HOST,
+    DEFAULT_SEGMENT_SIZE,
+    ServerConfig,
+)
 from cmdstalk_py.server.engine import Engine
-from cmdstalk_py.server.journal import DurableJournal, Journal, NullJournal
+from cmdstalk_py.server.journal import Journal
+from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.loop import Loop
 from cmdstalk_py.server.net import Server
 
 if TYPE_CHECKING:
-    from cmdstalk_py.server.binlog.adapter import BinlogJournal
     from cmdstalk_py.server.binlog.fsops import FileOps
-
-#: beanstalkd's default ``-s``.
-DEFAULT_SEGMENT_SIZE = 10485760
 
 
 class EmbeddedServer:
@@ -45,14 +48,14 @@ class EmbeddedServer:
 
     def __init__(
         self,
-        host: str = "127.0.0.1",
+        host: str = DEFAULT_HOST,
         port: int = 0,
         *,
-        max_job_size: int = p.DEFAULT_MAX_JOB_SIZE,
+        max_job_size: int = DEFAULT_MAX_JOB_SIZE,
         unix_path: str | None = None,
         journal: Journal | None = None,
         binlog_dir: str | None = None,
-        fsync_ms: int = 50,
+        fsync_ms: int = DEFAULT_FSYNC_MS,
         fsync_never: bool = False,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         file_ops: FileOps | None = None,
@@ -149,66 +152,36 @@ class EmbeddedServer:
         self.stop()
 
     def _run(self) -> None:
-        loop = Loop()
-        self._loop = loop
-        durable: BinlogJournal | None = None
-        server: Server | None = None
+        config = ServerConfig(self.max_job_size, self.binlog_dir, self.fsync_ms, self.segment_size)
+        asm: Assembly | None = None
         try:
-            if self.binlog_dir is not None:
-                durable = self._open_binlog(self.binlog_dir)
-            journal = durable or self.journal or NullJournal(self.segment_size)
-            engine = Engine(loop.time(), self.max_job_size, journal)
-            if durable is not None:
-                from cmdstalk_py.server.durable import restore
-
-                restore(durable, engine, loop.time())
-            server = Server(engine, loop, durable)
-            self._server = server
-            self._address = server.listen_tcp(self.host, self.port)
+            asm = Assembly.open(config, self.journal, self.file_ops)
+            self._loop, self._server = asm.loop, asm.server
+            self._address = asm.server.listen_tcp(self.host, self.port)
             if self.unix_path:
-                server.listen_unix(self.unix_path)
+                asm.server.listen_unix(self.unix_path)
         except BaseException as exc:
             self._error = exc
-            self._close_loop(loop, server, durable)
+            if asm is not None:
+                self._close(asm)
             self._ready.set()
             return
         self._ready.set()
         try:
-            loop.run_forever()
+            asm.loop.run_forever()
         finally:
-            self._close_loop(loop, server, durable)
+            self._close(asm)
 
-    def _open_binlog(self, directory: str) -> BinlogJournal:
-        from cmdstalk_py.server.durable import DurableConfig, open_journal
+    def _close(self, asm: Assembly) -> None:
+        self._loop = None
+        self._server = None
+        if asm.binlog is None:
+            asm.close()
+            return
+        from cmdstalk_py.server.binlog import BinlogError
 
-        config = DurableConfig(directory, self.fsync_ms, self.segment_size)
-        return open_journal(config, self.file_ops)
-
-    def _close_loop(
-        self,
-        loop: Loop,
-        server: Server | None,
-        durable: DurableJournal | None,
-    ) -> None:
         try:
-            if server is not None:
-                server.close()
-                server.remove_unix_sockets()
-                # Let callbacks still scheduled (resumes, ticks) run against the closed server.
-                loop.run_once(block=False)
-        finally:
-            loop.close()
-            self._loop = None
-            self._server = None
-            if durable is not None:
-                _close_journal(durable)
-
-
-def _close_journal(journal: DurableJournal) -> None:
-    # stop() runs in finally blocks and __exit__: report, do not raise.
-    from cmdstalk_py.server.binlog import BinlogError
-
-    try:
-        journal.close()
-    except BinlogError as exc:
-        logging.getLogger("cmdstalk_py.server.binlog").error("closing the binlog: %s", exc)
+            asm.close()
+        except BinlogError as exc:
+            # stop() runs in finally blocks and __exit__: report, do not raise.
+            logging.getLogger("cmdstalk_py.server.binlog").error("closing the binlog: %s", exc)

@@ -166,3 +166,26 @@ def test_console_script_and_startup_time() -> None:
             assert proc.wait(timeout=10) == 0
     # The target is 100 ms on an idle machine; shared CI boxes get headroom.
     assert best < 0.5, f"start-up took {best * 1000:.0f} ms"
+
+
+def test_flags_and_the_embedded_server_share_one_set_of_defaults() -> None:
+    import inspect
+
+    from cmdstalk_py.server.binlog import BinlogOptions
+    from cmdstalk_py.server.cli import build_parser
+    from cmdstalk_py.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+    from cmdstalk_py.server.embedded import EmbeddedServer
+
+    config = ServerConfig()
+    args = build_parser().parse_args([])
+    assert (args.listen, args.port) == (DEFAULT_HOST, DEFAULT_PORT)
+    assert (args.max_job_size, args.fsync_ms, args.binlog_size) == (
+        config.max_job_size, config.fsync_ms, config.segment_size,
+    )  # fmt: skip
+    embedded = inspect.signature(EmbeddedServer).parameters
+    assert embedded["host"].default == DEFAULT_HOST
+    assert embedded["max_job_size"].default == config.max_job_size
+    assert embedded["fsync_ms"].default == config.fsync_ms
+    assert embedded["segment_size"].default == config.segment_size
+    options = BinlogOptions()
+    assert (options.fsync_ms, options.segment_size) == (config.fsync_ms, config.segment_size)

@@ -1,8 +1,10 @@
 """Durable storage for the bundled server: a write-ahead binlog with crash recovery.
 
-Modules: ``record`` (the persisted job and mutation payloads), ``frame`` (file header and
-record framing), ``fsops`` (injectable file operations), ``lock`` (one server per
-directory), ``segment`` (segment files and accounting), ``recovery`` (replay and repair),
+Modules: ``record`` (the persisted job), ``codec`` (every record's bytes, written and
+read: frames and payloads), ``header`` (the segment file header and format version),
+``fsops`` (injectable file operations), ``lock`` (one server per directory), ``segment``
+(segment files and ``LiveIndex``, the one place live jobs are counted per segment),
+``replay`` (applying records), ``recovery`` (replay order, damage and repair),
 ``compaction`` (when to reclaim space and why it is crash-safe), ``writer`` (appending
 and segment rotation), ``log`` (``Binlog``: the API, fsync policy and maintenance, driven
 by the server's event loop), ``adapter`` (``BinlogJournal``: the engine's ``Journal``

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from cmdstalk_py.server.binlog.errors import BinlogError, BinlogSyncError
 from cmdstalk_py.server.binlog.log import Binlog
 from cmdstalk_py.server.binlog.options import BinlogOptions
-from cmdstalk_py.server.binlog.record import UPDATE_FIXED, JobRecord, JobState
+from cmdstalk_py.server.binlog.record import JobRecord, JobState
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import BURIED, DELAYED, RESERVED, Job
 from cmdstalk_py.server.journal import JournalError
@@ -36,9 +36,6 @@ from cmdstalk_py.server.journal import JournalError
 log = logging.getLogger("cmdstalk_py.server.binlog")
 
 _TO_RECORD = {BURIED: JobState.BURIED, DELAYED: JobState.DELAYED}  # others: READY
-# The same as bytes of the UPDATE payload, and its packer: job_changed skips the JobRecord.
-_STATE_BYTE = {BURIED: int(JobState.BURIED), DELAYED: int(JobState.DELAYED)}
-_pack_update = UPDATE_FIXED.pack
 
 
 class BinlogJournal:
@@ -122,14 +119,8 @@ class BinlogJournal:
         A reserve changes only the ``reserves`` counter on disk (a reserved job is logged
         as ready), so under ``-f 0`` its reply does not wait for the fsync.
         """
-        state = job.state
-        payload = _pack_update(
-            job.id, job.pri, job.delay, _STATE_BYTE.get(state, 0),
-            job.deadline + self.offset if state is DELAYED else 0.0,
-            job.reserves, job.timeouts, job.releases, job.buries, job.kicks,
-        )  # fmt: skip
         try:
-            self.binlog.update_raw(job.id, payload, state is not RESERVED)
+            self.binlog.update(self.record(job), urgent=job.state is not RESERVED)
         except BinlogError as exc:
             raise JournalError(str(exc)) from exc
 

@@ -39,9 +39,9 @@ from cmdstalk_py.server.binlog.errors import (
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
 from cmdstalk_py.server.binlog.lock import DirLock
 from cmdstalk_py.server.binlog.options import BinlogOptions, BinlogStats
-from cmdstalk_py.server.binlog.record import JobRecord, update_payload
+from cmdstalk_py.server.binlog.record import JobRecord
 from cmdstalk_py.server.binlog.recovery import RecoveryResult, recover
-from cmdstalk_py.server.binlog.segment import HOME_SHIFT, SegmentMeta
+from cmdstalk_py.server.binlog.segment import SegmentMeta
 from cmdstalk_py.server.binlog.writer import SegmentWriter
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
@@ -86,7 +86,7 @@ class Binlog:
             self.recovery: RecoveryResult = rec.result
             self._w = SegmentWriter(
                 self.ops, self.directory, self.options.segment_size,
-                self.options.fsync_ms is not None, rec.segments, rec.home, rec.live_bytes,
+                self.options.fsync_ms is not None, rec.live,
                 rec.next_seq, rec.result.next_id, self.options.preallocate,
             )  # fmt: skip
         except OSError as exc:
@@ -133,13 +133,9 @@ class Binlog:
 
         ``urgent=False``: no reply waits for this record (see the module docstring).
         """
-        self.update_raw(rec.id, update_payload(rec), urgent)
-
-    def update_raw(self, job_id: int, payload: bytes, urgent: bool = True) -> None:
-        """:meth:`update` with the payload already packed (``record.update_payload``)."""
         if self._closed or self._w.relog_pending:
             self._before_write()
-        self._w.update_raw(job_id, payload)
+        self._w.update(rec)
         if urgent:
             self._urgent = True
 
@@ -292,8 +288,9 @@ class Binlog:
 
     def _compaction_due(self) -> bool:
         w = self._w
+        sealed = len(w.index.segments) - 1
         return self.lookup is not None and should_compact(
-            w.total_bytes(), w.live_bytes, len(w.segments) - 1, self.options.compact_ratio
+            w.total_bytes(), w.index.live_bytes, sealed, self.options.compact_ratio
         )
 
     def _maintenance_pending(self) -> bool:
@@ -345,8 +342,7 @@ class Binlog:
         number = oldest.number
         while i < limit and copied < budget and oldest.live > 0:
             jid = ids[i]
-            home = w.home.get(jid)
-            if home is not None and home >> HOME_SHIFT == number:
+            if w.index.segment_of(jid) == number:
                 rec = self.lookup(jid)
                 if rec is None:
                     # The server no longer has it but the log thinks it is live: make the
@@ -365,8 +361,7 @@ class Binlog:
 
     def file_of(self, job_id: int) -> int:
         """Number of the segment holding the job's latest full record (0 if none)."""
-        home = self._w.home.get(job_id)
-        return 0 if home is None else home >> HOME_SHIFT
+        return self._w.index.segment_of(job_id)
 
     def stats(self) -> BinlogStats:
         """Counters for the server's ``stats`` and for monitoring."""
@@ -377,10 +372,10 @@ class Binlog:
             records_written=w.written,
             records_migrated=w.migrated,
             max_size=self.options.segment_size,
-            segments=len(w.segments),
+            segments=len(w.index.segments),
             total_bytes=w.total_bytes(),
-            live_jobs=len(w.home),
-            live_bytes=w.live_bytes,
+            live_jobs=len(w.index),
+            live_bytes=w.index.live_bytes,
             syncs=self._syncs,
         )
 

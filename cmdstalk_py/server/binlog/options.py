@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_SEGMENT_SIZE = 10 * 1024 * 1024
+from cmdstalk_py.server.config import DEFAULT_FSYNC_MS, DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,7 +12,7 @@ class BinlogOptions:
     """How the binlog writes.
 
     ``fsync_ms``: None never fsyncs (``-F``), 0 fsyncs before every reply (``-f 0``), N
-    at most every N milliseconds (``-f N``, default 50). ``segment_size``: ``-s``.
+    at most every N milliseconds (``-f N``, default ``DEFAULT_FSYNC_MS``). ``segment_size``: ``-s``.
     ``compact_ratio``: compact when the files hold more than this many times the live
     jobs' bytes. ``compact_budget``: jobs copied per ``tick`` at most.
     ``save_torn_tails``: keep bytes cut from a torn segment in ``binlog.N.torn-OFFSET``.
@@ -20,7 +20,7 @@ class BinlogOptions:
     see ``segment``): each fsync then only flushes data, not a new file size.
     """
 
-    fsync_ms: int | None = 50
+    fsync_ms: int | None = DEFAULT_FSYNC_MS
     segment_size: int = DEFAULT_SEGMENT_SIZE
     compact_ratio: float = 2.0
     compact_budget: int = 256
@@ -30,8 +30,8 @@ class BinlogOptions:
     def __post_init__(self) -> None:
         if self.fsync_ms is not None and self.fsync_ms < 0:
             raise ValueError("fsync_ms must be >= 0 or None")
-        if self.segment_size < 1024:
-            raise ValueError("segment_size must be at least 1024 bytes")
+        if self.segment_size < MIN_SEGMENT_SIZE:
+            raise ValueError(f"segment_size must be at least {MIN_SEGMENT_SIZE} bytes")
         if self.compact_ratio <= 1.0:
             raise ValueError("compact_ratio must be > 1")
         if self.compact_budget < 1:

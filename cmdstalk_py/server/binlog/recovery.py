@@ -1,6 +1,6 @@
 """Recovery: rebuild the live jobs from the segments on disk.
 
-Rules (see ``frame`` for the format):
+Rules (see ``header`` and ``codec`` for the format):
 
 * Segments are replayed in ascending number, records in file order. Each record's sequence
   number must exceed the last applied one: a record at or below it is stale (a duplicate
@@ -34,20 +34,18 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from cmdstalk_py.server.binlog.codec import FRAME_SIZE, find_next_frame, read_frame
 from cmdstalk_py.server.binlog.errors import BinlogFormatError, Problem
-from cmdstalk_py.server.binlog.frame import (
+from cmdstalk_py.server.binlog.fsops import FileOps
+from cmdstalk_py.server.binlog.header import (
     FLAG_AFTER_ABANDONED,
     FORMAT_VERSION,
-    FRAME,
-    FRAME_SIZE,
     HEADER_SIZE,
-    find_next_frame,
     read_segment_header,
 )
-from cmdstalk_py.server.binlog.fsops import FileOps
 from cmdstalk_py.server.binlog.record import JobRecord
 from cmdstalk_py.server.binlog.replay import Replayer
-from cmdstalk_py.server.binlog.segment import SegmentMeta, list_segments, segment_name
+from cmdstalk_py.server.binlog.segment import LiveIndex, SegmentMeta, list_segments, segment_name
 
 
 @dataclass
@@ -73,9 +71,7 @@ class Recovered(NamedTuple):
     """Recovery output handed to the writer: the result plus the index it continues."""
 
     result: RecoveryResult
-    segments: dict[int, SegmentMeta]
-    home: dict[int, int]
-    live_bytes: int
+    live: LiveIndex
     next_seq: int
 
 
@@ -122,7 +118,7 @@ def recover(ops: FileOps, directory: str, save_torn_tails: bool = True) -> Recov
         seconds=time.monotonic() - started,
         orphans=rp.orphans,
     )
-    return Recovered(result, rp.segments, rp.home, rp.live_bytes, rp.last_seq + 1)
+    return Recovered(result, rp.index, rp.last_seq + 1)
 
 
 def _replay_file(
@@ -144,7 +140,7 @@ def _replay_file(
         )
     meta = SegmentMeta(number, path, len(data))
     meta.alloc = len(data)
-    rp.segments[number] = meta
+    rp.index.segments[number] = meta
     # Numbers may be skipped harmlessly: segments holding no record at all are removed
     # from anywhere. Only when sequence numbers are missing too was something lost.
     missing = ""
@@ -186,11 +182,13 @@ def _replay_file(
         if not reason:
             break
         if reason == "seq":
-            _magic, _crc, _length, seq, _rtype = FRAME.unpack_from(data, off)
+            head = read_frame(memoryview(data), off, end)
+            assert not isinstance(head, str)  # replay stopped at an intact frame
+            length, seq, _rtype = head
             if seq <= rp.last_seq:
                 # Already applied: skipping it is what keeps replay from applying twice.
                 stale += 1
-                off += FRAME_SIZE + _length
+                off += FRAME_SIZE + length
                 continue
             _gap(rp, path, off, seq)
             continue

@@ -1,30 +1,29 @@
 """The replay loop: applying intact records to the jobs and the live-job index.
 
-This is the hot path of start-up (a million records must take seconds): one read per
-segment, ``struct.unpack_from`` on a memoryview, CRC over a memoryview slice, tuple
-construction without a Python ``__init__``, locals instead of attribute lookups. It stops
-at the first record that is damaged or out of sequence and lets ``recovery`` decide what
-that means (a tear to cut, damage to skip, a stale record, a gap).
+It reads every record with the ``codec`` and counts live jobs with ``LiveIndex``, like
+the writer. It stops at the first record that is damaged or out of sequence and lets
+``recovery`` decide what that means (a tear to cut, damage to skip, a stale record, a
+gap).
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
 
-from cmdstalk_py.server.binlog.errors import Problem
-from cmdstalk_py.server.binlog.frame import CRC_START, FRAME, FRAME_MAGIC, FRAME_SIZE
-from cmdstalk_py.server.binlog.record import (
-    DELETE_FIXED,
-    PUT_FIXED,
-    STATES,
+from cmdstalk_py.server.binlog.codec import (
+    FRAME_SIZE,
     T_DELETE,
     T_PUT,
     T_UPDATE,
-    UPDATE_FIXED,
-    JobRecord,
+    apply_update,
+    decode_delete,
+    decode_put,
+    decode_update,
+    read_frame,
 )
-from cmdstalk_py.server.binlog.segment import HOME_SHIFT, SIZE_MASK, SegmentMeta
+from cmdstalk_py.server.binlog.errors import Problem
+from cmdstalk_py.server.binlog.record import JobRecord
+from cmdstalk_py.server.binlog.segment import LiveIndex, SegmentMeta
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
 
@@ -34,14 +33,12 @@ class Replayer:
 
     def __init__(self) -> None:
         self.jobs: dict[int, JobRecord] = {}
-        self.home: dict[int, int] = {}
-        self.segments: dict[int, SegmentMeta] = {}
+        self.index = LiveIndex()
         # One bytes object per tube name, shared by all its jobs.
         self.tubes: dict[bytes, bytes] = {}
         self.last_seq = 0
         self.max_id = 0
         self.id_floor = 1
-        self.live_bytes = 0
         self.records = 0
         self.orphans = 0
         self.problems: list[Problem] = []
@@ -58,121 +55,52 @@ class Replayer:
         record whose sequence number is not the next one, else the kind of damage.
         """
         mv = memoryview(data)
-        jobs = self.jobs
-        home = self.home
-        ids = meta.ids
-        segments = self.segments
-        tubes = self.tubes
-        unpack_frame = FRAME.unpack_from
-        unpack_put = PUT_FIXED.unpack_from
-        unpack_update = UPDATE_FIXED.unpack_from
-        unpack_delete = DELETE_FIXED.unpack_from
-        put_size = PUT_FIXED.size
-        update_size = UPDATE_FIXED.size
-        delete_size = DELETE_FIXED.size
-        crc32 = zlib.crc32
-        new = tuple.__new__
-        record_cls = JobRecord
-        states = STATES
-        nstates = len(STATES)
-        seg_key = meta.number << HOME_SHIFT
-        last = self.last_seq
-        max_id = self.max_id
-        live = meta.live
-        live_bytes = self.live_bytes
-        records = 0
-        orphans = 0
         reason = ""
         while off < end:
-            if off + FRAME_SIZE > end:
-                reason = "short frame header"
+            head = read_frame(mv, off, end)
+            if isinstance(head, str):
+                reason = head
                 break
-            magic, crc, length, seq, rtype = unpack_frame(mv, off)
-            stop = off + FRAME_SIZE + length
-            if magic != FRAME_MAGIC:
-                reason = "bad frame magic"
-                break
-            if stop > end:
-                reason = "frame runs past end of file"
-                break
-            if crc32(mv[off + CRC_START : stop]) != crc:
-                reason = "checksum mismatch"
-                break
-            if seq != last + 1:
+            length, seq, rtype = head
+            if seq != self.last_seq + 1:
                 reason = "seq"
                 break
-            p = off + FRAME_SIZE
-            if rtype == T_PUT:
-                if length < put_size:
-                    reason = "bad put record"
-                    break
-                (jid, pri, ttr, delay, st, created, deadline,
-                 r, t, rl, b, k, tlen, blen) = unpack_put(mv, p)  # fmt: skip
-                if put_size + tlen + blen != length or st >= nstates:
-                    reason = "bad put record"
-                    break
-                q = p + put_size
-                tkey = data[q : q + tlen]
-                tube = tubes.setdefault(tkey, tkey)
-                size = stop - off
-                old = home.get(jid)
-                if old is not None:  # a copy (compaction, re-log) replacing the job
-                    live_bytes -= old & SIZE_MASK
-                    if old >> HOME_SHIFT == meta.number:
-                        live -= 1
-                    else:
-                        segments[old >> HOME_SHIFT].live -= 1
-                jobs[jid] = new(record_cls, (
-                    jid, tube, data[q + tlen : stop], pri, ttr, delay, states[st],
-                    created, deadline, r, t, rl, b, k,
-                ))  # fmt: skip
-                home[jid] = seg_key | size
-                ids.append(jid)
-                live += 1
-                live_bytes += size
-                if jid > max_id:
-                    max_id = jid
-            elif rtype == T_UPDATE:
-                if length != update_size:
-                    reason = "bad update record"
-                    break
-                jid, pri, delay, st, deadline, r, t, rl, b, k = unpack_update(mv, p)
-                if st >= nstates:
-                    reason = "bad update record"
-                    break
-                rec = jobs.get(jid)
-                if rec is None:
-                    orphans += 1
-                else:
-                    jobs[jid] = new(record_cls, (
-                        jid, rec[1], rec[2], pri, rec[4], delay, states[st],
-                        rec[7], deadline, r, t, rl, b, k,
-                    ))  # fmt: skip
-            elif rtype == T_DELETE:
-                if length != delete_size:
-                    reason = "bad delete record"
-                    break
-                (jid,) = unpack_delete(mv, p)
-                old = home.pop(jid, None)
-                if old is None:
-                    orphans += 1
-                else:
-                    del jobs[jid]
-                    live_bytes -= old & SIZE_MASK
-                    if old >> HOME_SHIFT == meta.number:
-                        live -= 1
-                    else:
-                        segments[old >> HOME_SHIFT].live -= 1
-            else:
-                reason = "unknown record type"
+            reason = self._apply(meta, data, rtype, off, length)
+            if reason:
                 break
-            last = seq
-            off = stop
-            records += 1
-        self.last_seq = last
-        self.max_id = max_id
-        meta.live = live
-        self.live_bytes = live_bytes
-        self.records += records
-        self.orphans += orphans
+            self.last_seq = seq
+            off += FRAME_SIZE + length
+            self.records += 1
         return off, reason
+
+    def _apply(self, meta: SegmentMeta, data: bytes, rtype: int, off: int, length: int) -> str:
+        """Apply the record of ``rtype`` framed at ``off``; "" or what is wrong with it."""
+        start = off + FRAME_SIZE
+        if rtype == T_PUT:
+            rec = decode_put(data, start, length, self.tubes)
+            if rec is None:
+                return "bad put record"
+            self.jobs[rec.id] = rec
+            self.index.place(rec.id, meta, FRAME_SIZE + length)
+            if rec.id > self.max_id:
+                self.max_id = rec.id
+        elif rtype == T_UPDATE:
+            fields = decode_update(data, start, length)
+            if fields is None:
+                return "bad update record"
+            old = self.jobs.get(fields[0])
+            if old is None:
+                self.orphans += 1
+            else:
+                self.jobs[old.id] = apply_update(old, fields)
+        elif rtype == T_DELETE:
+            jid = decode_delete(data, start, length)
+            if jid is None:
+                return "bad delete record"
+            if self.index.drop(jid):
+                del self.jobs[jid]
+            else:
+                self.orphans += 1
+        else:
+            return "unknown record type"
+        return ""

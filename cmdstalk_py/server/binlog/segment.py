@@ -1,4 +1,4 @@
-"""Segment files: naming, listing, creation, and the per-segment accounting.
+"""Segment files: naming, listing, creation, and the accounting of live jobs in them.
 
 A segment is ``DIR/binlog.N``; N only increases. The writer appends to the newest one and
 starts the next when it would exceed the size limit. Old segments are removed strictly
@@ -10,9 +10,10 @@ whose PUT survives, so it is never done.
 
 Preallocation (``BinlogOptions.preallocate``): the segment being written is kept filled
 with zeros ahead of its valid data, as beanstalkd does, so that a record overwrites
-already written blocks and an fdatasync has no file size to commit (on ext4 that is about
-half the cost of each fsync). Zeros after the last record are a clean end of the segment
-for recovery, never damage: no frame starts with a zero byte.
+already written blocks and an fdatasync has no file size to commit (a large share of
+each fsync's cost on ext4; figures in benchmarks/README.md). Zeros after the last record
+are a clean end of the segment for recovery, never damage: no frame starts with a zero
+byte.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ import os
 import re
 
 from cmdstalk_py.server.binlog.errors import BinlogWriteError, describe_oserror
-from cmdstalk_py.server.binlog.frame import pack_segment_header
 from cmdstalk_py.server.binlog.fsops import FileOps
+from cmdstalk_py.server.binlog.header import pack_segment_header
 
 SEGMENT_PREFIX = "binlog."
 _SEGMENT_RE = re.compile(r"^binlog\.([0-9]{1,9})$")
 
 # A job's home is packed as (segment number << 32) | size of its PUT frame: one int per
 # job instead of a tuple keeps the index of a million jobs small.
-HOME_SHIFT = 32
-SIZE_MASK = (1 << HOME_SHIFT) - 1
+_HOME_SHIFT = 32
+_SIZE_MASK = (1 << _HOME_SHIFT) - 1
 
 
 def segment_name(number: int) -> str:
@@ -72,6 +73,50 @@ class SegmentMeta:
 
     def __repr__(self) -> str:
         return f"SegmentMeta({self.path!r}, size={self.size}, live={self.live})"
+
+
+class LiveIndex:
+    """Which segment holds each live job's latest PUT ("home"), and the totals that follow.
+
+    The only place that counts: replay and the writer both call :meth:`place` for a PUT and
+    :meth:`drop` for a DELETE. ``segments`` maps number -> meta, oldest first;
+    ``live_bytes`` is the size of every live job's latest PUT frame.
+    """
+
+    __slots__ = ("home", "live_bytes", "segments")
+
+    def __init__(self) -> None:
+        self.segments: dict[int, SegmentMeta] = {}
+        self.home: dict[int, int] = {}
+        self.live_bytes = 0
+
+    def place(self, job_id: int, seg: SegmentMeta, size: int) -> None:
+        """A PUT frame of ``size`` bytes for ``job_id`` was appended to ``seg``."""
+        old = self.home.get(job_id)
+        if old is not None:  # a copy (compaction, re-log) replacing the job
+            self.segments[old >> _HOME_SHIFT].live -= 1
+            self.live_bytes -= old & _SIZE_MASK
+        self.home[job_id] = (seg.number << _HOME_SHIFT) | size
+        seg.live += 1
+        seg.ids.append(job_id)
+        self.live_bytes += size
+
+    def drop(self, job_id: int) -> bool:
+        """``job_id`` was deleted; False if it was not live (an orphan delete)."""
+        old = self.home.pop(job_id, None)
+        if old is None:
+            return False
+        self.segments[old >> _HOME_SHIFT].live -= 1
+        self.live_bytes -= old & _SIZE_MASK
+        return True
+
+    def segment_of(self, job_id: int) -> int:
+        """Number of the segment holding the job's latest PUT (0 if it is not live)."""
+        home = self.home.get(job_id)
+        return 0 if home is None else home >> _HOME_SHIFT
+
+    def __len__(self) -> int:
+        return len(self.home)
 
 
 def create_segment(

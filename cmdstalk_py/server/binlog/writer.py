@@ -22,25 +22,12 @@ import errno
 import logging
 import os
 
+from cmdstalk_py.server.binlog.codec import encode_delete, encode_put, encode_update
 from cmdstalk_py.server.binlog.errors import BinlogWriteError, describe_oserror
-from cmdstalk_py.server.binlog.frame import FLAG_AFTER_ABANDONED, HEADER_SIZE, frame, frame1
 from cmdstalk_py.server.binlog.fsops import FileOps
-from cmdstalk_py.server.binlog.record import (
-    T_DELETE,
-    T_PUT,
-    T_UPDATE,
-    JobRecord,
-    delete_payload,
-    put_parts,
-    update_payload,
-)
-from cmdstalk_py.server.binlog.segment import (
-    HOME_SHIFT,
-    SIZE_MASK,
-    SegmentMeta,
-    create_segment,
-    write_zeros,
-)
+from cmdstalk_py.server.binlog.header import FLAG_AFTER_ABANDONED, HEADER_SIZE
+from cmdstalk_py.server.binlog.record import JobRecord
+from cmdstalk_py.server.binlog.segment import LiveIndex, SegmentMeta, create_segment, write_zeros
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
 
@@ -48,10 +35,10 @@ log = logging.getLogger("cmdstalk_py.server.binlog")
 class SegmentWriter:
     """The append side of the log (see module docstring).
 
-    Public attributes are shared with ``Binlog``: ``segments`` (number -> meta, oldest
-    first), ``home`` (job id -> home segment << 32 | PUT frame size), ``live_bytes``,
-    ``dirty`` (written since the last good fsync), ``touched`` (ids written since then),
-    ``relog_pending`` and ``untrusted`` (a segment whose fsync failed).
+    Public attributes are shared with ``Binlog``: ``index`` (the segments and the live
+    jobs homed in them, continued from recovery), ``dirty`` (written since the last good
+    fsync), ``touched`` (ids written since then), ``relog_pending`` and ``untrusted`` (a
+    segment whose fsync failed).
     """
 
     def __init__(
@@ -60,9 +47,7 @@ class SegmentWriter:
         directory: str,
         segment_size: int,
         durable: bool,
-        segments: dict[int, SegmentMeta],
-        home: dict[int, int],
-        live_bytes: int,
+        index: LiveIndex,
         next_seq: int,
         next_id: int,
         preallocate: int = 0,
@@ -73,9 +58,7 @@ class SegmentWriter:
         self.directory = directory
         self.segment_size = segment_size
         self.durable = durable
-        self.segments = segments
-        self.home = home
-        self.live_bytes = live_bytes
+        self.index = index
         self.seq = next_seq
         self.next_id = next_id
         self.dirty = False
@@ -87,49 +70,33 @@ class SegmentWriter:
         self.tail_dirty = False  # bytes of a failed write may follow the valid data
         self._removal_unsynced = False  # a segment was unlinked, the directory not fsynced
         self._sealed: tuple[int, bool] | None = None  # see _sealed_summary
-        self._pwrite = ops.pwrite
-        number = max(segments, default=0) + 1
+        number = max(index.segments, default=0) + 1
         self.active = create_segment(
             ops, directory, number, next_seq, next_id, durable, 0, self._first_alloc()
         )
-        segments[number] = self.active
+        index.segments[number] = self.active
 
     # --------------------------------------------------------------- records
 
     def put(self, rec: JobRecord, copy: bool = False) -> None:
         """Write a PUT; ``copy`` for compaction and re-logging (never refused for size)."""
-        jid = rec.id
-        data = frame(self.seq, T_PUT, *put_parts(rec))
-        seg = self._write(data, copy, jid)
-        self.touched.add(jid)
-        old = self.home.get(jid)
-        if old is not None:
-            self.segments[old >> HOME_SHIFT].live -= 1
-            self.live_bytes -= old & SIZE_MASK
-        self.home[jid] = (seg.number << HOME_SHIFT) | len(data)
-        seg.live += 1
-        seg.ids.append(jid)
-        self.live_bytes += len(data)
-        if jid >= self.next_id:
-            self.next_id = jid + 1
+        data = encode_put(self.seq, rec)
+        seg = self._write(data, copy, rec.id)
+        self.touched.add(rec.id)
+        self.index.place(rec.id, seg, len(data))
+        if rec.id >= self.next_id:
+            self.next_id = rec.id + 1
 
     def update(self, rec: JobRecord) -> None:
         """Write an UPDATE."""
-        self.update_raw(rec.id, update_payload(rec))
-
-    def update_raw(self, job_id: int, payload: bytes) -> None:
-        """Write an UPDATE whose payload (``record.update_payload``) is already packed."""
-        self._write(frame1(self.seq, T_UPDATE, payload), True, job_id)
-        self.touched.add(job_id)
+        self._write(encode_update(self.seq, rec), True, rec.id)
+        self.touched.add(rec.id)
 
     def delete(self, job_id: int) -> None:
         """Write a DELETE."""
-        self._write(frame1(self.seq, T_DELETE, delete_payload(job_id)), True, job_id)
+        self._write(encode_delete(self.seq, job_id), True, job_id)
         self.touched.add(job_id)
-        old = self.home.pop(job_id, None)
-        if old is not None:
-            self.segments[old >> HOME_SHIFT].live -= 1
-            self.live_bytes -= old & SIZE_MASK
+        self.index.drop(job_id)
 
     def _write(self, data: bytes, may_overflow: bool, job_id: int) -> SegmentMeta:
         """Append one frame (built with the current sequence number) about ``job_id``."""
@@ -156,10 +123,9 @@ class SegmentWriter:
         fd = seg.fd
         assert fd is not None
         written = 0
-        pwrite = self._pwrite
         try:
             while written < len(data):
-                n = pwrite(fd, data[written:] if written else data, seg.size + written)
+                n = self.ops.pwrite(fd, data[written:], seg.size + written)
                 if n <= 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
@@ -286,7 +252,7 @@ class SegmentWriter:
                 self.relog_pending = True
                 self.untrusted = old.number
         self._close_active()
-        self.segments[new.number] = new
+        self.index.segments[new.number] = new
         self.active = new
         self._sealed = None
         if not self.relog_pending:
@@ -302,7 +268,7 @@ class SegmentWriter:
 
     def oldest(self) -> SegmentMeta:
         """The oldest segment still on disk (possibly the current one)."""
-        return self.segments[next(iter(self.segments))]
+        return self.index.segments[next(iter(self.index.segments))]
 
     def total_bytes(self) -> int:
         """Bytes in every segment (valid data and damage alike)."""
@@ -318,7 +284,7 @@ class SegmentWriter:
         summary = self._sealed
         if summary is None:
             active = self.active
-            sealed = [seg for seg in self.segments.values() if seg is not active]
+            sealed = [seg for seg in self.index.segments.values() if seg is not active]
             summary = self._sealed = (
                 sum(seg.size for seg in sealed),
                 any(seg.size == HEADER_SIZE for seg in sealed),
@@ -334,7 +300,7 @@ class SegmentWriter:
         """
         return [
             seg
-            for seg in self.segments.values()
+            for seg in self.index.segments.values()
             if seg.size == HEADER_SIZE and seg is not self.active
         ]
 
@@ -353,7 +319,7 @@ class SegmentWriter:
             self._removal_unsynced = False
         with contextlib.suppress(FileNotFoundError):
             self.ops.unlink(seg.path)
-        del self.segments[seg.number]
+        del self.index.segments[seg.number]
         self._sealed = None
         self._removal_unsynced = True
         if self.durable:

@@ -21,7 +21,8 @@ from cmdstalk_py.server.binlog import (
     JobRecord,
     JobState,
 )
-from cmdstalk_py.server.binlog.frame import HEADER_SIZE, valid_frame_at
+from cmdstalk_py.server.binlog.codec import read_frame
+from cmdstalk_py.server.binlog.header import HEADER_SIZE
 from tests.server.binlog.faults import FaultyOps
 from tests.server.binlog.model import T0, Model
 
@@ -33,8 +34,8 @@ def frame_bounds(data: bytes) -> list[tuple[int, int]]:
     mv = memoryview(data)
     bounds, off = [], HEADER_SIZE
     while off < len(data):
-        found = valid_frame_at(mv, off, len(data))
-        assert found is not None, f"pristine segment has damage at {off}"
+        found = read_frame(mv, off, len(data))
+        assert not isinstance(found, str), f"pristine segment has damage at {off}: {found}"
         end = off + 21 + found[0]
         bounds.append((off, end))
         off = end
@@ -250,14 +251,14 @@ def test_foreign_files_are_refused_untouched(tmp_path: Path, content: bytes) -> 
 
 
 def test_newer_format_version_is_refused(tmp_path: Path) -> None:
-    from cmdstalk_py.server.binlog import frame
+    from cmdstalk_py.server.binlog import header
 
     with Binlog(str(tmp_path), NEVER):
         pass
-    head = frame.SEGMENT_HEADER.pack(frame.FILE_MAGIC, frame.FORMAT_VERSION + 1, 0, 1, 1, 1)
+    head = header.SEGMENT_HEADER.pack(header.FILE_MAGIC, header.FORMAT_VERSION + 1, 0, 1, 1, 1)
     import zlib
 
-    newer = head + frame.HEADER_CRC.pack(zlib.crc32(head))
+    newer = head + header.HEADER_CRC.pack(zlib.crc32(head))
     (tmp_path / "binlog.1").write_bytes(newer)
     with pytest.raises(BinlogFormatError, match="newer format version"):
         Binlog(str(tmp_path), NEVER)

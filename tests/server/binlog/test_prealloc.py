@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cmdstalk_py.server.binlog import Binlog, BinlogOptions, BinlogWriteError
-from cmdstalk_py.server.binlog.frame import HEADER_SIZE
+from cmdstalk_py.server.binlog.header import HEADER_SIZE
 from tests.server.binlog.faults import FaultyOps
 from tests.server.binlog.model import Model, make_job
 

@@ -1,26 +1,16 @@
-"""On-disk framing: the segment file header and the record frame.
+"""The segment file header: format version, segment number, where the log stands.
 
 Segment file ``binlog.N`` (all integers little-endian)::
 
     offset 0  magic "CSBL" (4) | version u16 | flags u16 | segment number u32
               | base sequence u64 | next job id floor u64 | CRC32 of the 28 bytes before (u32)
-    offset 32 frame, frame, ...
+    offset 32 frame, frame, ... (see ``codec``)
 
 The format is versioned from the first bytes of every file: a reader refuses a newer
 version or a foreign file (a beanstalkd ``binlog.N`` starts with the int 7) instead of
 "repairing" it. ``base sequence`` is the sequence number of the segment's first record and
 ``next job id floor`` the smallest job id not yet used when the segment was created, so ids
 never repeat even after every record mentioning the highest id has been compacted away.
-
-Frame::
-
-    magic u32 | crc u32 | length u32 | seq u64 | type u8 | payload (length bytes)
-
-``crc`` is zlib's CRC32 over everything after it (length, seq, type, payload), so a torn or
-flipped length, sequence number or type is caught like a damaged payload. ``magic`` lets
-recovery find the next frame after damage in an older segment with ``bytes.find`` instead
-of trying every offset in Python. Sequence numbers increase by exactly one per record
-across the whole log, so recovery knows how many records a damaged stretch held.
 """
 
 from __future__ import annotations
@@ -35,19 +25,6 @@ FORMAT_VERSION = 1
 SEGMENT_HEADER = struct.Struct("<4sHHIQQ")
 HEADER_CRC = struct.Struct("<I")
 HEADER_SIZE = SEGMENT_HEADER.size + HEADER_CRC.size  # 32
-
-FRAME_MAGIC = 0x5A1BC0DE
-FRAME_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
-FRAME_HEAD = struct.Struct("<II")  # magic, crc
-FRAME_TAIL = struct.Struct("<IQB")  # length, seq, type: covered by the crc
-FRAME = struct.Struct("<IIIQB")  # the two above in one, for the recovery loop
-FRAME_SIZE = FRAME.size  # 21
-CRC_START = FRAME_HEAD.size  # the crc covers frame bytes from here on
-
-# A sane upper bound for one payload: a job body plus its fixed fields. Larger lengths are
-# damage, not data (beanstalkd caps bodies at 2^32-1 but nobody logs gigabyte jobs).
-MAX_PAYLOAD = 1 << 31
-
 
 # Header flag: the previous segment was abandoned after a write or fsync error; records
 # at its end may be missing or superseded by copies re-logged at the start of this one,
@@ -109,50 +86,3 @@ def read_segment_header(buf: bytes) -> HeaderStatus:
     if version > FORMAT_VERSION:
         return HeaderStatus(header, "newer")
     return HeaderStatus(header, fault)
-
-
-def frame(seq: int, rtype: int, *parts: bytes) -> bytes:
-    """One framed record whose payload is the concatenation of ``parts``."""
-    length = sum(map(len, parts))
-    tail = FRAME_TAIL.pack(length, seq, rtype)
-    crc = zlib.crc32(tail)
-    for part in parts:
-        crc = zlib.crc32(part, crc)
-    return b"".join((FRAME_HEAD.pack(FRAME_MAGIC, crc), tail, *parts))
-
-
-def frame1(seq: int, rtype: int, payload: bytes) -> bytes:
-    """:func:`frame` for a payload in one piece (updates and deletes: the hot path)."""
-    tail = FRAME_TAIL.pack(len(payload), seq, rtype)
-    return _HEAD_PACK(FRAME_MAGIC, zlib.crc32(payload, zlib.crc32(tail))) + tail + payload
-
-
-_HEAD_PACK = FRAME_HEAD.pack
-
-
-def valid_frame_at(buf: memoryview, off: int, end: int) -> tuple[int, int, int] | None:
-    """(length, seq, type) of an intact frame starting at ``off``, else None."""
-    if off + FRAME_SIZE > end:
-        return None
-    magic, crc, length, seq, rtype = FRAME.unpack_from(buf, off)
-    stop = off + FRAME_SIZE + length
-    if magic != FRAME_MAGIC or length > MAX_PAYLOAD or stop > end:
-        return None
-    if zlib.crc32(buf[off + CRC_START : stop]) != crc:
-        return None
-    return length, seq, rtype
-
-
-def find_next_frame(buf: memoryview, data: bytes, start: int, end: int) -> int:
-    """Offset of the first intact frame at or after ``start``, or ``end`` if none.
-
-    ``data`` is the bytes object behind ``buf`` (for the fast ``find``).
-    """
-    pos = start
-    while True:
-        pos = data.find(FRAME_MAGIC_BYTES, pos, end)
-        if pos < 0:
-            return end
-        if valid_frame_at(buf, pos, end) is not None:
-            return pos
-        pos += 1

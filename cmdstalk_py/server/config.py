@@ -1,0 +1,42 @@
+"""The server's settings and their defaults, defined once for every way of starting it.
+
+``cmdstalk-server``'s flags (``cli``) and ``EmbeddedServer``'s arguments (``embedded``)
+both become a ``ServerConfig``, which ``assembly`` turns into a running server. Import-light
+on purpose (a ``NamedTuple``, not a dataclass, whose module pulls in ``inspect``): ``cli``
+reads it before it listens.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
+
+#: Unlike beanstalkd (all interfaces), the bundled server listens on loopback by default.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11300
+#: ``-f``: fsync at most this often (milliseconds).
+DEFAULT_FSYNC_MS = 50
+#: beanstalkd's default ``-s``: the size of each binlog file.
+DEFAULT_SEGMENT_SIZE = 10485760
+#: The smallest segment the binlog accepts; smaller ``-s`` values are raised to it.
+MIN_SEGMENT_SIZE = 1024
+#: Zeros written ahead of the records when fsyncing (see ``binlog.segment``): an fsync
+#: then has no new file size to commit.
+PREALLOCATE = 1 << 20
+
+
+class ServerConfig(NamedTuple):
+    """What the server is started with: ``-z``, ``-b``, ``-f`` / ``-F``, ``-s``.
+
+    ``fsync_ms`` None never fsyncs (``-F``). Without ``binlog_dir``, ``segment_size`` is
+    only shown by ``stats``, as beanstalkd does. ``freeze_recovered``: keep the jobs
+    recovered from the binlog out of every later garbage collection (``gc.freeze``, which
+    freezes the whole process: only for a process that is nothing but the server).
+    """
+
+    max_job_size: int = DEFAULT_MAX_JOB_SIZE
+    binlog_dir: str | None = None
+    fsync_ms: int | None = DEFAULT_FSYNC_MS
+    segment_size: int = DEFAULT_SEGMENT_SIZE
+    freeze_recovered: bool = False

@@ -1,20 +1,30 @@
 """The bundled beanstalkd-compatible queue server, ``cmdstalk-server``.
 
-Modules, from the socket inwards:
+Modules, from the command line inwards:
 
 - ``cli``, ``__main__``: the ``cmdstalk-server`` command line (beanstalkd's flags);
-  ``run``: serving in the foreground with signals; ``embedded``: ``EmbeddedServer``, the
-  same server on a background thread; ``durable``: starting with a binlog (``-b``).
-- ``listen``, ``net``, ``loop``: listening sockets, connections on one epoll event loop,
-  and its timers.
-- ``conn``: one client connection: reading, flow control, output, closing;
-  ``framing``: bytes into commands and replies (``protocol``, ``verbs``: the grammar
-  and the command values; ``limits``: protocol limits).
-- ``commands``: what each command does to the engine and the reply it gets.
-- ``engine``: the queue engine, driven by the caller's clock; ``job``, ``tube``,
-  ``ready``, ``heap``: its data structures; ``session``: a connection as the engine
-  sees it; ``stats``: the YAML bodies of the stats commands.
-- ``journal``: the durability hook; ``binlog/``: the write-ahead log behind it.
+  ``config``: the server's settings and every default, once; ``assembly``: engine +
+  journal/binlog + loop + ``net.Server``, built and closed in one place for both ``run``
+  (serving in the foreground with signals) and ``embedded`` (``EmbeddedServer``, the same
+  server on a background thread); ``durable``: opening the binlog (``-b``).
+- ``listen``, ``net``, ``loop``: listening sockets, accepting connections and driving
+  timers and the journal on one epoll event loop.
+- ``conn``: ``ServerConn``, the server's end of one client connection: socket I/O, flow
+  control (input limit, output high/low water), held ``-f 0`` replies, closing;
+  ``conn_state``: its ``State`` enum and allowed transitions.
+- ``framing``: the sans-IO ``Framer``: input bytes in, command events out (lines, put
+  bodies, JOB_TOO_BIG skips, over-long lines); ``protocol``: command lines into ``verbs``
+  values (the grammar); ``replies``: the reply-word table and rendering; ``scan``: 1.12's
+  number scanning; ``limits``: protocol limits.
+- ``commands``: the dispatcher: a command value in, one engine call, its reply bytes out
+  (also the replies of reserves that waited).
+- ``engine``: the queue engine, driven by the caller's clock: every job state transition,
+  answering with the job or an ``outcome``; ``store``: where a job sits for its state;
+  ``alarms``: its timers; ``job``, ``tube`` (tubes, the set of live tubes), ``ready``,
+  ``heap``: its data structures; ``session``: a connection as the engine sees it, and the
+  DEADLINE_SOON rule; ``stats``: the YAML bodies of the stats commands.
+- ``journal``: the durability hook; ``binlog/``: the write-ahead log behind it (``codec``:
+  every record's bytes; ``segment``: segment files and live-job accounting).
 
 ``cmdstalk_py.server.EmbeddedServer`` is importable from here; it is loaded on first use so
 that importing ``cmdstalk_py.server.limits`` stays light.

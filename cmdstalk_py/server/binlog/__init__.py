@@ -33,7 +33,7 @@ from cmdstalk_py.server.binlog.errors import (
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
 from cmdstalk_py.server.binlog.log import Binlog, Lookup
 from cmdstalk_py.server.binlog.options import BinlogOptions, BinlogStats
-from cmdstalk_py.server.binlog.record import JobRecord, JobState
+from cmdstalk_py.server.binlog.record import JobRecord, StoredState
 from cmdstalk_py.server.binlog.recovery import RecoveryResult
 
 __all__ = [
@@ -48,9 +48,9 @@ __all__ = [
     "BinlogWriteError",
     "FileOps",
     "JobRecord",
-    "JobState",
     "Lookup",
     "Problem",
     "RealFileOps",
     "RecoveryResult",
+    "StoredState",
 ]

@@ -28,14 +28,14 @@ from collections.abc import Callable
 from cmdstalk_py.server.binlog.errors import BinlogError, BinlogSyncError
 from cmdstalk_py.server.binlog.log import Binlog
 from cmdstalk_py.server.binlog.options import BinlogOptions
-from cmdstalk_py.server.binlog.record import JobRecord, JobState
+from cmdstalk_py.server.binlog.record import JobRecord, StoredState
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import BURIED, DELAYED, RESERVED, Job
 from cmdstalk_py.server.journal import JournalError
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
 
-_TO_RECORD = {BURIED: JobState.BURIED, DELAYED: JobState.DELAYED}  # others: READY
+_TO_RECORD = {BURIED: StoredState.BURIED, DELAYED: StoredState.DELAYED}  # others: READY
 
 
 class BinlogJournal:
@@ -75,10 +75,10 @@ class BinlogJournal:
         for rec in recovery.jobs.values():
             job = Job(rec.id, engine.tube(rec.tube), rec.pri, rec.delay, rec.ttr, rec.body,
                       rec.created_at - offset)  # fmt: skip
-            if rec.state is JobState.DELAYED:
+            if rec.state is StoredState.DELAYED:
                 job.state = DELAYED
                 job.deadline = rec.deadline - offset
-            elif rec.state is JobState.BURIED:
+            elif rec.state is StoredState.BURIED:
                 job.state = BURIED
             job.reserves = rec.reserves
             job.timeouts = rec.timeouts
@@ -96,11 +96,11 @@ class BinlogJournal:
 
     def record(self, job: Job) -> JobRecord:
         """The persisted form of ``job``."""
-        state = _TO_RECORD.get(job.state, JobState.READY)
+        state = _TO_RECORD.get(job.state, StoredState.READY)
         return JobRecord(
             job.id, job.tube.name, job.body, job.pri, job.ttr, job.delay, state,
             job.created + self.offset,
-            job.deadline + self.offset if state is JobState.DELAYED else 0.0,
+            job.deadline + self.offset if state is StoredState.DELAYED else 0.0,
             job.reserves, job.timeouts, job.releases, job.buries, job.kicks,
         )  # fmt: skip
 

@@ -14,7 +14,7 @@ import enum
 from typing import NamedTuple
 
 
-class JobState(enum.IntEnum):
+class StoredState(enum.IntEnum):
     """States a job can be persisted in; a reserved job is persisted as ``READY``."""
 
     READY = 0
@@ -23,7 +23,7 @@ class JobState(enum.IntEnum):
 
 
 # Index by the stored state byte.
-STATES: tuple[JobState, ...] = (JobState.READY, JobState.DELAYED, JobState.BURIED)
+STATES: tuple[StoredState, ...] = (StoredState.READY, StoredState.DELAYED, StoredState.BURIED)
 
 
 class JobRecord(NamedTuple):
@@ -42,7 +42,7 @@ class JobRecord(NamedTuple):
     pri: int
     ttr: int
     delay: int
-    state: JobState
+    state: StoredState
     created_at: float
     deadline: float
     reserves: int = 0

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import random
 
-from cmdstalk_py.server.binlog import Binlog, JobRecord, JobState
+from cmdstalk_py.server.binlog import Binlog, JobRecord, StoredState
 
 T0 = 1_700_000_000.0  # wall-clock epoch used for created_at / deadlines
 
 
 def make_job(job_id: int, rng: random.Random, tube: bytes | None = None) -> JobRecord:
     """A job with random, binary-heavy content."""
-    state = rng.choice(list(JobState))
-    delay = rng.randint(1, 3600) if state is JobState.DELAYED else rng.choice([0, 0, 5])
+    state = rng.choice(list(StoredState))
+    delay = rng.randint(1, 3600) if state is StoredState.DELAYED else rng.choice([0, 0, 5])
     body_len = rng.choice([0, 1, 7, 100, 1000, rng.randint(0, 5000)])
     return JobRecord(
         id=job_id,
@@ -23,7 +23,7 @@ def make_job(job_id: int, rng: random.Random, tube: bytes | None = None) -> JobR
         delay=delay,
         state=state,
         created_at=T0 + job_id * 0.001,
-        deadline=T0 + job_id * 0.001 + delay if state is JobState.DELAYED else 0.0,
+        deadline=T0 + job_id * 0.001 + delay if state is StoredState.DELAYED else 0.0,
         reserves=rng.randint(0, 3),
         timeouts=rng.randint(0, 2),
         releases=rng.randint(0, 2),
@@ -34,17 +34,17 @@ def make_job(job_id: int, rng: random.Random, tube: bytes | None = None) -> JobR
 
 def changed(rec: JobRecord, rng: random.Random) -> JobRecord:
     """``rec`` after a random state change (release, bury, kick, timeout...)."""
-    state = rng.choice(list(JobState))
-    delay = rng.randint(1, 100) if state is JobState.DELAYED else rec.delay
+    state = rng.choice(list(StoredState))
+    delay = rng.randint(1, 100) if state is StoredState.DELAYED else rec.delay
     return rec._replace(
         state=state,
         pri=rng.choice([rec.pri, 0, 77, 2**32 - 1]),
         delay=delay,
-        deadline=T0 + 500 + delay if state is JobState.DELAYED else 0.0,
+        deadline=T0 + 500 + delay if state is StoredState.DELAYED else 0.0,
         reserves=rec.reserves + 1,
         timeouts=rec.timeouts + rng.randint(0, 1),
         releases=rec.releases + rng.randint(0, 1),
-        buries=rec.buries + (state is JobState.BURIED),
+        buries=rec.buries + (state is StoredState.BURIED),
         kicks=rec.kicks + rng.randint(0, 1),
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, JobState
+from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, StoredState
 
 N_JOBS = 1_000_000
 
@@ -23,10 +23,10 @@ def test_recovery_of_a_million_jobs(tmp_path: Path) -> None:
     with Binlog(str(tmp_path), opts) as log:
         put, update = log.put, log.update
         for jid in range(1, N_JOBS + 1):
-            rec = JobRecord(jid, b"default", body, 1024, 60, 0, JobState.READY, 1.7e9, 0.0)
+            rec = JobRecord(jid, b"default", body, 1024, 60, 0, StoredState.READY, 1.7e9, 0.0)
             put(rec)
             if jid % 10 == 0:  # some jobs were released/buried along the way
-                update(rec._replace(state=JobState.BURIED, buries=1, reserves=1))
+                update(rec._replace(state=StoredState.BURIED, buries=1, reserves=1))
     append_s = time.perf_counter() - started
     size = sum(p.stat().st_size for p in tmp_path.glob("binlog.*"))
 
@@ -35,7 +35,7 @@ def test_recovery_of_a_million_jobs(tmp_path: Path) -> None:
         recovery_s = time.perf_counter() - started
         jobs = log.recovery.jobs
         assert len(jobs) == N_JOBS and log.recovery.next_id == N_JOBS + 1
-        assert jobs[10].state is JobState.BURIED and jobs[11].state is JobState.READY
+        assert jobs[10].state is StoredState.BURIED and jobs[11].state is StoredState.READY
         assert log.recovery.clean
     records = N_JOBS + N_JOBS // 10
     print(

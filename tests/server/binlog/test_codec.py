@@ -8,7 +8,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.server.binlog import JobRecord, JobState
+from cmdstalk_py.server.binlog import JobRecord, StoredState
 from cmdstalk_py.server.binlog import header as fr
 from cmdstalk_py.server.binlog.codec import (
     FRAME_SIZE,
@@ -36,7 +36,7 @@ records = st.builds(
     pri=u32,
     ttr=u32,
     delay=u32,
-    state=st.sampled_from(JobState),
+    state=st.sampled_from(StoredState),
     created_at=times,
     deadline=times,
     reserves=u32,
@@ -65,7 +65,7 @@ def test_put_round_trips(rec: JobRecord, seq: int) -> None:
 
 def test_put_shares_one_tube_name_between_jobs() -> None:
     tubes: dict[bytes, bytes] = {}
-    a, b = (encode_put(i, JobRecord(i, b"mail", b"x", 0, 1, 0, JobState.READY, 1.0, 0.0))
+    a, b = (encode_put(i, JobRecord(i, b"mail", b"x", 0, 1, 0, StoredState.READY, 1.0, 0.0))
             for i in (1, 2))  # fmt: skip
     ra = decode_put(a, FRAME_SIZE, len(a) - FRAME_SIZE, tubes)
     rb = decode_put(b, FRAME_SIZE, len(b) - FRAME_SIZE, tubes)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, JobState
+from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, StoredState
 from tests.server.binlog.faults import Crash, FaultyOps
 from tests.server.binlog.model import T0, Model, make_job
 
@@ -65,7 +65,7 @@ def _pinned_log(path: Path, pinned: int = 12, churn: int = 400) -> Model:
             log.delete(rec.id)
             if i % 50 == 0:  # the pinned jobs change state now and then
                 jid = rng.randrange(1, pinned + 1)
-                upd = model.jobs[jid]._replace(state=JobState.BURIED, buries=i)
+                upd = model.jobs[jid]._replace(state=StoredState.BURIED, buries=i)
                 log.update(upd)
                 model.jobs[jid] = upd
     return model
@@ -93,13 +93,13 @@ def test_compaction_step_is_bounded(tmp_path: Path) -> None:
     opts = BinlogOptions(fsync_ms=None, segment_size=1 << 20, compact_budget=25)
     with Binlog(str(tmp_path), opts, lookup=model.lookup) as log:
         for jid in range(1, 3001):
-            rec = JobRecord(jid, b"t", rng.randbytes(300), 1, 60, 0, JobState.READY, T0, 0.0)
+            rec = JobRecord(jid, b"t", rng.randbytes(300), 1, 60, 0, StoredState.READY, T0, 0.0)
             log.put(rec)
             if jid % 3 == 0:
                 model.jobs[jid] = rec
             else:
                 log.delete(jid)
-        log.put(JobRecord(3001, b"t", b"x" * (1 << 20), 1, 60, 0, JobState.READY, T0, 0.0))
+        log.put(JobRecord(3001, b"t", b"x" * (1 << 20), 1, 60, 0, StoredState.READY, T0, 0.0))
         log.delete(3001)  # forces a new segment and makes the old ones mostly dead
         assert log.stats().segments >= 2
         written = log.stats().records_written

@@ -19,7 +19,7 @@ from cmdstalk_py.server.binlog import (
     BinlogFormatError,
     BinlogOptions,
     JobRecord,
-    JobState,
+    StoredState,
 )
 from cmdstalk_py.server.binlog.codec import read_frame
 from cmdstalk_py.server.binlog.header import HEADER_SIZE
@@ -154,11 +154,11 @@ def _three_segments(path: Path) -> tuple[Model, list[bytes]]:
     model = Model()
     with Binlog(str(path), BinlogOptions(fsync_ms=None, segment_size=4096)) as log:
         for jid in range(1, 61):
-            rec = JobRecord(jid, b"t", rng.randbytes(150), jid, 60, 0, JobState.READY, T0, 0.0)
+            rec = JobRecord(jid, b"t", rng.randbytes(150), jid, 60, 0, StoredState.READY, T0, 0.0)
             log.put(rec)
             model.jobs[jid] = rec
             if jid % 7 == 0:
-                upd = model.jobs[jid - 5]._replace(state=JobState.BURIED, buries=1)
+                upd = model.jobs[jid - 5]._replace(state=StoredState.BURIED, buries=1)
                 log.update(upd)
                 model.jobs[jid - 5] = upd
     files = sorted(os.listdir(path))

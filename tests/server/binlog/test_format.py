@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, JobState
+from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, StoredState
 from cmdstalk_py.server.binlog.codec import encode_delete, encode_put, encode_update
 from cmdstalk_py.server.binlog.header import pack_segment_header
 
@@ -28,9 +28,9 @@ UPDATE = bytes.fromhex(
 # seq 9: job 42 deleted.
 DELETE = bytes.fromhex("dec01b5a7b0a7b54080000000900000000000000032a00000000000000")
 
-JOB = JobRecord(42, b"emails", b"hello\r\n", 1024, 60, 5, JobState.DELAYED,
+JOB = JobRecord(42, b"emails", b"hello\r\n", 1024, 60, 5, StoredState.DELAYED,
                 1700000000.25, 1700000005.25, 1, 2, 3, 4, 5)  # fmt: skip
-BURIED = JOB._replace(state=JobState.BURIED, deadline=0.0, buries=5)
+BURIED = JOB._replace(state=StoredState.BURIED, deadline=0.0, buries=5)
 
 
 def test_encoder_writes_the_frozen_bytes() -> None:

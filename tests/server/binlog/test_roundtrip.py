@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, JobState
+from cmdstalk_py.server.binlog import Binlog, BinlogOptions, JobRecord, StoredState
 from tests.server.binlog.model import T0, Model, make_job
 
 NEVER = BinlogOptions(fsync_ms=None)
@@ -27,13 +27,13 @@ def test_empty_directory_starts_at_id_1(tmp_path: Path) -> None:
 
 
 def test_put_update_delete_round_trip(tmp_path: Path) -> None:
-    a = JobRecord(1, b"default", b"hello", 100, 60, 0, JobState.READY, T0, 0.0)
-    b_ = JobRecord(2, b"other", b"\x00\r\n\xff" * 3, 0, 1, 30, JobState.DELAYED, T0, T0 + 30)
-    c = JobRecord(3, b"default", b"", 5, 5, 0, JobState.READY, T0 + 1, 0.0)
+    a = JobRecord(1, b"default", b"hello", 100, 60, 0, StoredState.READY, T0, 0.0)
+    b_ = JobRecord(2, b"other", b"\x00\r\n\xff" * 3, 0, 1, 30, StoredState.DELAYED, T0, T0 + 30)
+    c = JobRecord(3, b"default", b"", 5, 5, 0, StoredState.READY, T0 + 1, 0.0)
     with reopen(tmp_path) as log:
         for rec in (a, b_, c):
             log.put(rec)
-        released = a._replace(pri=7, delay=12, state=JobState.DELAYED, deadline=T0 + 99,
+        released = a._replace(pri=7, delay=12, state=StoredState.DELAYED, deadline=T0 + 99,
                               reserves=1, releases=1)  # fmt: skip
         log.update(released)
         log.delete(3)
@@ -46,15 +46,15 @@ def test_put_update_delete_round_trip(tmp_path: Path) -> None:
 def test_restart_preserves_every_field(tmp_path: Path) -> None:
     """States, priorities, TTRs, binary bodies, wall-clock times and counters come back."""
     jobs = [
-        JobRecord(1, b"default", bytes(range(256)), 0, 1, 0, JobState.READY, T0, 0.0,
+        JobRecord(1, b"default", bytes(range(256)), 0, 1, 0, StoredState.READY, T0, 0.0,
                   reserves=3, timeouts=2, releases=1, buries=0, kicks=0),
-        JobRecord(2, b"delayed", b"d", 2**32 - 1, 2**32 - 1, 3600, JobState.DELAYED,
+        JobRecord(2, b"delayed", b"d", 2**32 - 1, 2**32 - 1, 3600, StoredState.DELAYED,
                   T0 + 0.123456, T0 + 3600.123456),
-        JobRecord(3, b"buried", os.urandom(100_000), 1024, 120, 0, JobState.BURIED, T0, 0.0,
+        JobRecord(3, b"buried", os.urandom(100_000), 1024, 120, 0, StoredState.BURIED, T0, 0.0,
                   reserves=1, buries=1, kicks=0),
-        JobRecord(4, b"odd-tube_+;$()", b"\r\n", 1023, 60, 10, JobState.READY, T0, 0.0,
+        JobRecord(4, b"odd-tube_+;$()", b"\r\n", 1023, 60, 10, StoredState.READY, T0, 0.0,
                   reserves=9, timeouts=9, releases=9, buries=9, kicks=9),
-        JobRecord(5, b"big", b"\xab" * (1 << 20), 5, 5, 0, JobState.READY, T0, 0.0),
+        JobRecord(5, b"big", b"\xab" * (1 << 20), 5, 5, 0, StoredState.READY, T0, 0.0),
     ]  # fmt: skip
     with reopen(tmp_path) as log:
         for rec in jobs:
@@ -63,7 +63,7 @@ def test_restart_preserves_every_field(tmp_path: Path) -> None:
         with reopen(tmp_path) as log:
             assert list(log.recovery.jobs.values()) == jobs
             for rec in log.recovery.jobs.values():
-                assert type(rec.state) is JobState
+                assert type(rec.state) is StoredState
             assert log.recovery.next_id == 6
 
 

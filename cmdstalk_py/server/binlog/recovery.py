@@ -41,6 +41,7 @@ from cmdstalk_py.server.binlog.header import (
     FLAG_AFTER_ABANDONED,
     FORMAT_VERSION,
     HEADER_SIZE,
+    HeaderStatus,
     read_segment_header,
 )
 from cmdstalk_py.server.binlog.record import JobRecord
@@ -141,6 +142,15 @@ def _replay_file(
     meta = SegmentMeta(number, path, len(data))
     meta.alloc = len(data)
     rp.index.segments[number] = meta
+    _check_header(rp, path, status, number, previous)
+    _replay_records(ops, rp, meta, path, data, newest and status.header is not None,
+                    save_torn_tails)  # fmt: skip
+
+
+def _check_header(
+    rp: Replayer, path: str, status: HeaderStatus, number: int, previous: int | None
+) -> None:
+    """Report a damaged header and sequence gaps before this segment; move the id floor."""
     # Numbers may be skipped harmlessly: segments holding no record at all are removed
     # from anywhere. Only when sequence numbers are missing too was something lost.
     missing = ""
@@ -173,9 +183,20 @@ def _replay_file(
         elif previous is None:
             # The first segment: what came before it was compacted away, not lost.
             rp.last_seq = max(rp.last_seq, header.base_seq - 1)
+
+
+def _replay_records(
+    ops: FileOps,
+    rp: Replayer,
+    meta: SegmentMeta,
+    path: str,
+    data: bytes,
+    tear_allowed: bool,
+    save_torn_tails: bool,
+) -> None:
+    """Replay a segment's records; skip damage, cut a torn tail of the newest segment."""
     end = len(data)
     off = min(HEADER_SIZE, end)
-    tear_allowed = newest and header is not None
     stale = 0
     while off < end:
         off, reason = rp.run(meta, data, off, end)

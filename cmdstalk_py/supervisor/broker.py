@@ -299,25 +299,17 @@ class Broker:
             self._report_pending()  # no command will start: the last job's report goes first
             log.warning(
                 "buried without running (releases=%d, timeouts=%d, kicks=%d)",
-                releases,
-                timeouts,
-                stats["kicks"],
+                releases, timeouts, stats["kicks"],
                 extra=self._joblog.extra(job.id, "precheck_buried"),
-            )
+            )  # fmt: skip
         else:
             proc = self._run(job, stats, reserved_at)
             decision = self._decide(proc, releases)
             error = proc.spawn_error
-        if (
-            prefetch
-            and decision.command != "none"
-            and not self._stop.is_set()
-            and self._budget.take()
-        ):
-            client.reserve_next(self.config.reserve_timeout)
-            self._ticket_held = True
+        if prefetch and decision.command != "none":
+            self._reserve_ahead(client)
         outcome, act_error = self._act(client, job, decision, stats["pri"])
-        result = JobResult(
+        return JobResult(
             job_id=job.id,
             tube=self.tube,
             slot=self.slot,
@@ -338,7 +330,12 @@ class Broker:
             stderr_tail=proc.stderr_tail.decode("utf-8", "replace") if proc else "",
             error=act_error or error,
         )
-        return result
+
+    def _reserve_ahead(self, client: Client) -> None:
+        """Send the next reserve with this job's final command, holding a ticket for it."""
+        if not self._stop.is_set() and self._budget.take():
+            client.reserve_next(self.config.reserve_timeout)
+            self._ticket_held = True
 
     def _run(self, job: Job, stats: StatsJob, reserved_at: float) -> ProcessResult:
         plan = kill_schedule(stats["ttr"], self.config.ttr_margin, self.config.kill_grace)

@@ -3,7 +3,7 @@
 Commands run in their own sessions, so nothing the kernel does when the supervisor is
 killed with SIGKILL reaches them: they would run on unsupervised while the queue server
 releases their jobs, and a restarted supervisor would run each job a second time,
-concurrently. ``start_sentinel`` starts ``python -m cmdstalk_py.process.sentinel`` in a
+concurrently. ``start_sentinel`` starts a Python process running ``main`` below in a
 session of its own (so a signal to the supervisor's process group does not take it too),
 with the read end of a pipe on its stdin. ``run_command`` tells it, one short line each,
 which runs are going on:
@@ -32,6 +32,8 @@ from cmdstalk_py.process.marker import MARKER, environ_token
 log = logging.getLogger("cmdstalk")
 
 _fd = -1  # the supervisor's end of the pipe; -1: no sentinel
+# Not ``-m``: this package imports this module, and runpy warns about running it twice.
+_MAIN = "import sys; from cmdstalk_py.process.sentinel import main; sys.exit(main(sys.argv[1:]))"
 # After SIGKILL, how long the sentinel keeps looking for stragglers.
 _KILL_SETTLE = 2.0
 _CHECK_INTERVAL = 0.02
@@ -47,7 +49,7 @@ def start_sentinel(grace: float) -> int | None:
     """
     global _fd
     read_end, write_end = os.pipe()
-    argv = [sys.executable, "-m", "cmdstalk_py.process.sentinel", str(os.getpid()), str(grace)]
+    argv = [sys.executable, "-c", _MAIN, str(os.getpid()), str(grace)]
     try:
         pid = os.posix_spawn(
             sys.executable,
@@ -166,7 +168,7 @@ def _read_runs(stream: Iterable[bytes]) -> dict[str, int | None]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m cmdstalk_py.process.sentinel SUPERVISOR_PID GRACE`` with the pipe on stdin."""
+    """The sentinel process: ``main([SUPERVISOR_PID, GRACE])``, with the pipe on stdin."""
     supervisor, grace = int(argv[0]), float(argv[1])
     # Outlive whatever signal ends the supervisor's group or terminal: our job starts when
     # the supervisor is gone, and ends by itself when the pipe closes.
@@ -182,7 +184,3 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -20,23 +20,30 @@ and exits. A clean shutdown leaves no run going on, so the sentinel just exits.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from cmdstalk_py.process.marker import MARKER, environ_token
 
 log = logging.getLogger("cmdstalk")
 
 _fd = -1  # the supervisor's end of the pipe; -1: no sentinel
+_dropping = False  # the pipe was full at the last write
 # Not ``-m``: this package imports this module, and runpy warns about running it twice.
 _MAIN = "import sys; from cmdstalk_py.process.sentinel import main; sys.exit(main(sys.argv[1:]))"
 # After SIGKILL, how long the sentinel keeps looking for stragglers.
 _KILL_SETTLE = 2.0
 _CHECK_INTERVAL = 0.02
+# How often the sentinel reads what the supervisor told it (and so how soon after the
+# supervisor's death it acts), and the pipe size that holds what comes in meanwhile.
+_BATCH = 0.1
+_PIPE_SIZE = 1 << 20
 
 
 # -- the supervisor's side -------------------------------------------------------------
@@ -64,6 +71,8 @@ def start_sentinel(grace: float) -> int | None:
         log.warning("no sentinel (commands will outlive a killed supervisor): %s", e)
         return None
     os.close(read_end)
+    with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size: keep 64 KiB
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     # A stopped or wedged sentinel must not stall the brokers: a line that does not fit
     # is dropped (that run is then unguarded) rather than waited for.
     os.set_blocking(write_end, False)
@@ -73,18 +82,24 @@ def start_sentinel(grace: float) -> int | None:
 
 def tell_sentinel(line: str) -> None:
     """Send one protocol line (no newline) to the sentinel, if there is one."""
-    global _fd
+    global _fd, _dropping
     fd = _fd
     if fd < 0:
         return
     try:
         os.write(fd, line.encode("ascii") + b"\n")
     except BlockingIOError:
-        log.warning("sentinel not reading; a run is unguarded: %s", line)
+        if not _dropping:  # once per episode, not once per line
+            log.warning("sentinel not reading: runs started now are not guarded")
+        _dropping = True
+        return
     except OSError as e:  # BrokenPipeError: someone killed it
+        # Left open: another broker thread may be writing to this fd number right now,
+        # and once closed the number could name a file or socket opened meanwhile.
         _fd = -1
-        os.close(fd)
         log.warning("sentinel gone (commands will outlive a killed supervisor): %s", e)
+        return
+    _dropping = False
 
 
 # -- the sentinel's side ---------------------------------------------------------------
@@ -151,20 +166,38 @@ def kill_runs(runs: dict[str, int | None], grace: float) -> int:
     return len(hit)
 
 
-def _read_runs(stream: Iterable[bytes]) -> dict[str, int | None]:
+def _chunks(fd: int) -> Iterator[bytes]:
+    """What the supervisor wrote, in batches, until end of file.
+
+    Only the state at end of file matters, so the sentinel need not keep up line by line:
+    it wakes at most every ``_BATCH`` seconds instead of once per line, which would cost
+    the supervisor a context switch per job. The pipe is large enough to hold a batch.
+    """
+    while chunk := os.read(fd, _PIPE_SIZE):
+        yield chunk
+        time.sleep(_BATCH)
+
+
+def _read_runs(chunks: Iterable[bytes]) -> dict[str, int | None]:
     """Follow the protocol until end of file; return the runs still going on."""
     runs: dict[str, int | None] = {}
-    for raw in stream:
-        line = raw.decode("ascii", "replace").strip()
-        if line.startswith("+"):
-            runs[line[1:]] = None
-        elif line.startswith("="):
-            token, _, pid = line[1:].partition(" ")
-            if token in runs and pid.isdigit():
-                runs[token] = int(pid)
-        elif line.startswith("-"):
-            runs.pop(line[1:], None)
+    partial = b""
+    for chunk in chunks:
+        *lines, partial = (partial + chunk).split(b"\n")
+        for raw in lines:
+            _apply(runs, raw.decode("ascii", "replace"))
     return runs
+
+
+def _apply(runs: dict[str, int | None], line: str) -> None:
+    if line.startswith("+"):
+        runs[line[1:]] = None
+    elif line.startswith("="):
+        token, _, pid = line[1:].partition(" ")
+        if token in runs and pid.isdigit():
+            runs[token] = int(pid)
+    elif line.startswith("-"):
+        runs.pop(line[1:], None)
 
 
 def main(argv: list[str]) -> int:
@@ -174,7 +207,7 @@ def main(argv: list[str]) -> int:
     # the supervisor is gone, and ends by itself when the pipe closes.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
-    runs = _read_runs(sys.stdin.buffer)
+    runs = _read_runs(_chunks(sys.stdin.fileno()))
     if runs:
         count = kill_runs(runs, grace)
         print(

@@ -71,10 +71,9 @@ def run_command(
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
 
-    With ``marker``, the environment also gets ``CMDSTALK_RUN`` (``marker.py``), and the
-    kill also reaches processes that left both the group and the command's process tree
-    (a double fork adopted by this process as a child subreaper). Either way, a sentinel
-    started with ``start_sentinel`` kills the command if this process dies.
+    With ``marker``, ``CMDSTALK_RUN`` (``marker.py``) joins the environment and kills also
+    reach processes that left the group and the tree (a double fork adopted by this process,
+    a child subreaper). A sentinel (``start_sentinel``) kills the command if we die.
 
     A command that cannot be started gives a result with ``spawn_error`` set; this function
     does not raise for that. If a line callback raises, the command is killed, reaped and
@@ -91,14 +90,8 @@ def run_command(
         child = spawn_tracked(argv, {**env, MARKER: token} if marker else env)
     except (OSError, ValueError) as exc:
         tell_sentinel("-" + token)
-        return ProcessResult(
-            exit_code=None,
-            signal=None,
-            killed=None,
-            duration_s=time.monotonic() - started,
-            stdout_tail=b"",
-            stderr_tail=b"",
-            spawn_error=describe_spawn_error(exc, argv),
+        return ProcessResult.not_started(
+            describe_spawn_error(exc, argv), time.monotonic() - started
         )
     tell_sentinel(f"={token} {child.pid}")
     run = _Run(

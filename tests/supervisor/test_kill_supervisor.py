@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import start_cmdstalk
@@ -52,9 +53,12 @@ def _cleanup(proc: subprocess.Popen[bytes], pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("target", ["process", "group"])
 def test_kill_9_of_cmdstalk_kills_its_running_commands(
-    beanstalk: BeanstalkServer, tmp_path: Path
+    beanstalk: BeanstalkServer, tmp_path: Path, target: str
 ) -> None:
+    # "group": SIGKILL to cmdstalk's whole process group, as supervisord's killasgroup does;
+    # the sentinel, in a session of its own, is not in it.
     producer = beanstalk.client(use="k9")
     producer.put(b"", ttr=600)
     pids = tmp_path / "pids"
@@ -64,13 +68,18 @@ def test_kill_9_of_cmdstalk_kills_its_running_commands(
         f"(setsid sleep 1001 & echo $! >> {pids}); "
         f"echo $$ >> {pids}; wait"
     )
-    proc = start_cmdstalk("--address", beanstalk.address, "--tubes", "k9", "--cmd", cmd)
+    proc = start_cmdstalk(
+        "--address", beanstalk.address, "--tubes", "k9", "--cmd", cmd, start_new_session=True
+    )
     listed: list[int] = []
     try:
         # No need to wait for the sentinel to be up: it was spawned before the first reserve,
         # and what cmdstalk told it waits in the pipe.
         listed = _pids(pids, 3)
-        proc.send_signal(signal.SIGKILL)
+        if target == "group":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         wait_until(lambda: all(_dead(p) for p in listed), 10, message="the commands killed")
         _, err = proc.communicate(timeout=10)  # EOF once the sentinel, holding stderr, exits

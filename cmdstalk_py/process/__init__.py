@@ -5,6 +5,15 @@ killed a command; ``set_child_subreaper`` lets the supervisor adopt (and so reap
 orphaned descendants of its commands, and ``reap_orphans`` (call it about once a second)
 reaps the adopted ones that exit after their command is done. ``batch_thread`` /
 ``restore_thread`` put a broker thread under ``SCHED_BATCH`` and back (``sched.py``).
+``start_sentinel`` starts the process that kills the running commands if the supervisor
+itself is killed (``sentinel.py``).
+
+Modules: ``run.py`` (the poll loop of one command), ``spawn.py`` (posix_spawn in a new
+session), ``kill.py`` (TERM -> grace -> KILL to a command's group, tree and marked
+processes), ``marker.py`` (the ``CMDSTALK_RUN`` marker that finds processes which left
+the group and the tree), ``sentinel.py`` (the guard against a killed supervisor),
+``orphans.py`` (reaping adopted orphans), ``output.py`` (line splitting and tails),
+``result.py`` (``ProcessResult``, ``KillReason``), ``sched.py`` (``SCHED_BATCH``).
 """
 
 from cmdstalk_py.process.kill import set_child_subreaper
@@ -12,6 +21,7 @@ from cmdstalk_py.process.orphans import reap_orphans
 from cmdstalk_py.process.result import KillReason, ProcessResult
 from cmdstalk_py.process.run import run_command
 from cmdstalk_py.process.sched import batch_thread, restore_thread
+from cmdstalk_py.process.sentinel import start_sentinel
 
 __all__ = [
     "KillReason",
@@ -21,4 +31,5 @@ __all__ = [
     "restore_thread",
     "run_command",
     "set_child_subreaper",
+    "start_sentinel",
 ]

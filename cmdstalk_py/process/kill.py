@@ -1,9 +1,13 @@
-"""Killing a command's process tree: its process group plus every descendant psutil finds.
+"""Killing a command's process tree: its group, its descendants and every marked process.
 
 A command runs in its own session, so ``killpg(pid, …)`` reaches everything that stayed in
 its group. Descendants that called ``setsid``/``setpgid`` left that group; psutil finds
 them while they are still below the command in the process tree, so they are collected
-*before* the first signal (once signalled, parents die and the tree falls apart).
+*before* the first signal (once signalled, parents die and the tree falls apart). Those
+that also left the tree (a double fork: their parent exited) were adopted by this
+process, a child subreaper; they carry the run's marker (``marker.py``) and are collected
+by it, before each signal and once more when everything else is gone (a process may
+``setsid`` a new child when it gets SIGTERM).
 
 Orphans are reparented to init or to the nearest child subreaper. If this process is a
 subreaper (``set_child_subreaper``), the orphans become our children and are reaped here:
@@ -20,6 +24,8 @@ import time
 from collections.abc import Callable
 
 import psutil
+
+from cmdstalk_py.process.marker import marked_descendants
 
 _PR_SET_CHILD_SUBREAPER = 36
 # How often a waiting killer re-checks whether the tree is gone.
@@ -86,25 +92,43 @@ class TreeKiller:
     """Sends TERM then KILL to one command's process group and its descendants.
 
     ``leader`` is the command's pid (= its pgid). While the leader is unreaped its pid
-    cannot be reused, so ``collect`` is only called before the caller reaps it.
+    cannot be reused, so ``collect`` is only called before the caller reaps it. ``token``
+    is the run's marker value: processes carrying it are collected wherever they are
+    among our descendants.
     """
 
-    __slots__ = ("_descendants", "_on_kill", "pgid", "sent")
+    __slots__ = ("_descendants", "_on_kill", "pgid", "sent", "token")
 
-    def __init__(self, leader: int, on_kill: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        leader: int,
+        on_kill: Callable[[str], None] | None = None,
+        token: str | None = None,
+    ) -> None:
         self.pgid = leader
+        self.token = token
         self._descendants: dict[int, psutil.Process] = {}
         self._on_kill = on_kill
         self.sent: list[str] = []
 
     def collect(self) -> None:
-        """Remember every current descendant of the (unreaped) leader."""
+        """Remember every current descendant of the (unreaped) leader and every marked one."""
         try:
             children = psutil.Process(self.pgid).children(recursive=True)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return
+            children = []
         for child in children:
             self._descendants.setdefault(child.pid, child)
+        self.collect_marked()
+
+    def collect_marked(self) -> list[psutil.Process]:
+        """Add the live marked processes not yet known; return them."""
+        if self.token is None:
+            return []
+        new = [p for p in marked_descendants(self.token) if p.pid not in self._descendants]
+        for proc in new:
+            self._descendants[proc.pid] = proc
+        return new
 
     def send(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the group and to every collected descendant; never raises."""
@@ -173,13 +197,13 @@ class TreeKiller:
         next_deep = now + _DEEP_CHECK_INTERVAL
         while True:
             self.reap()
-            if not self._remaining():
+            if not self._remaining() and not self._late_marked():
                 return
             now = time.monotonic()
             if now >= next_deep:
                 # Only zombies left (an init that does not reap): they are dead already,
                 # unless reaping them is about to become our job.
-                if not self._live() and not self._ours_to_reap():
+                if not self._live() and not self._ours_to_reap() and not self._late_marked():
                     return
                 next_deep = now + _DEEP_CHECK_INTERVAL
             if not killed and (
@@ -187,9 +211,22 @@ class TreeKiller:
                 or (stop_now is not None and stop_now.is_set())
             ):
                 # TERM SENT -> KILL SENT
+                self.collect_marked()
                 self.send(signal.SIGKILL)
                 killed = True
                 give_up = now + _KILL_SETTLE
             elif killed and now >= give_up:
                 return
             time.sleep(_CHECK_INTERVAL)
+
+    def _late_marked(self) -> bool:
+        """Marked processes that appeared after the last signal (one that ``setsid``-ed a
+        child on SIGTERM): give them that signal too and keep waiting for them."""
+        new = self.collect_marked()
+        if not new or not self.sent:
+            return bool(new)
+        sig = signal.Signals[self.sent[-1]]
+        for proc in new:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+                proc.send_signal(sig)
+        return True

@@ -36,6 +36,11 @@ class ProcessResult:
     kill_signals: tuple[str, ...] = ()
     cleanup_signals: tuple[str, ...] = ()
 
+    @classmethod
+    def not_started(cls, spawn_error: str, duration_s: float) -> ProcessResult:
+        """The result for a command that could not be started."""
+        return cls(None, None, None, duration_s, b"", b"", spawn_error)
+
     @property
     def succeeded(self) -> bool:
         """The command ran and exited 0 (it may have left children we cleaned up)."""

@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from cmdstalk_py.process.kill import TreeKiller, group_exists
+from cmdstalk_py.process.marker import MARKER, new_token
 from cmdstalk_py.process.orphans import spawn_tracked, untrack
 from cmdstalk_py.process.output import OutputStream
 from cmdstalk_py.process.result import KillReason, ProcessResult
+from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
@@ -49,6 +51,7 @@ def run_command(
     on_kill: Callable[[str], None] | None = None,
     on_started: Callable[[], None] | None = None,
     reap_group: bool = True,
+    marker: bool = False,
     max_line_bytes: int = 65536,
     poll_interval: float = 0.05,
 ) -> ProcessResult:
@@ -68,6 +71,10 @@ def run_command(
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
 
+    With ``marker``, ``CMDSTALK_RUN`` (``marker.py``) joins the environment and kills also
+    reach processes that left the group and the tree (a double fork adopted by this process,
+    a child subreaper). A sentinel (``start_sentinel``) kills the command if we die.
+
     A command that cannot be started gives a result with ``spawn_error`` set; this function
     does not raise for that. If a line callback raises, the command is killed, reaped and
     the exception propagates.
@@ -76,20 +83,20 @@ def run_command(
     out = OutputStream(tail_bytes, on_stdout_line, max_line_bytes)
     err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes)
     started = time.monotonic()
+    token = new_token()
+    # Told before the spawn: a supervisor killed right after it still has this run guarded.
+    tell_sentinel("+" + token)
     try:
-        child = spawn_tracked(argv, env)
+        child = spawn_tracked(argv, {**env, MARKER: token} if marker else env)
     except (OSError, ValueError) as exc:
-        return ProcessResult(
-            exit_code=None,
-            signal=None,
-            killed=None,
-            duration_s=time.monotonic() - started,
-            stdout_tail=b"",
-            stderr_tail=b"",
-            spawn_error=describe_spawn_error(exc, argv),
+        tell_sentinel("-" + token)
+        return ProcessResult.not_started(
+            describe_spawn_error(exc, argv), time.monotonic() - started
         )
+    tell_sentinel(f"={token} {child.pid}")
     run = _Run(
         child,
+        token if marker else None,
         payload,
         started,
         out,
@@ -106,6 +113,7 @@ def run_command(
         return run.execute(reap_group)
     finally:
         run.close()
+        tell_sentinel("-" + token)
 
 
 class _Run:
@@ -136,12 +144,14 @@ class _Run:
         "stop",
         "stop_now",
         "streams",
+        "token",
         "written",
     )
 
     def __init__(
         self,
         child: Spawned,
+        token: str | None,
         payload: bytes,
         started: float,
         out: OutputStream,
@@ -155,6 +165,7 @@ class _Run:
         poll_interval: float,
     ) -> None:
         self.pid = child.pid
+        self.token = token
         self.started = started
         self.ended = started
         self.out = out
@@ -327,7 +338,7 @@ class _Run:
     def _terminate(self, reason: KillReason, now: float) -> None:
         # COMMAND RUNNING -> TERM SENT (SIGKILL follows at kill_at)
         self.killed = reason
-        self.killer = TreeKiller(self.pid, self.on_kill)
+        self.killer = TreeKiller(self.pid, self.on_kill, self.token)
         self.killer.collect()
         if self.grace <= 0:
             self._escalate(reason)
@@ -340,7 +351,7 @@ class _Run:
         if self.killed is None:
             self.killed = reason
         if self.killer is None:
-            self.killer = TreeKiller(self.pid, self.on_kill)
+            self.killer = TreeKiller(self.pid, self.on_kill, self.token)
         self.killer.collect()  # new children may have appeared since SIGTERM
         self.killer.send(signal.SIGKILL)
         self.hard = True

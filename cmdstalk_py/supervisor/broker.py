@@ -355,6 +355,8 @@ class Broker:
                 stop_now=self._kill_now,
                 on_kill=self._joblog.kill_reporter(job.id),
                 on_started=self._report_pending,
+                # CMDSTALK_RUN: kills reach processes that left the group and the tree.
+                marker=True,
             )
         finally:
             self._observer.broker_busy(self.tube, self.slot, False)

@@ -22,7 +22,7 @@ from cmdstalk_py.ops.eventlog import EventLog
 from cmdstalk_py.ops.logsetup import configure_logging, lean_records
 from cmdstalk_py.ops.observers import Observers
 from cmdstalk_py.ops.systemd import SystemdNotifier
-from cmdstalk_py.process import set_child_subreaper
+from cmdstalk_py.process import set_child_subreaper, start_sentinel
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.lifecycle import Supervisor
 
@@ -66,6 +66,9 @@ def run_supervisor(config: Config, extras: Extras) -> int:
         # init's: some container inits never reap. Nothing in this process uses subprocess,
         # so reaping any exited child that is not a running command is safe here.
         reap = set_child_subreaper() or os.getpid() == 1
+        # If this process is killed (SIGKILL, OOM killer), the sentinel kills the commands
+        # still running, so a restarted supervisor never runs a job beside its old run.
+        start_sentinel(config.kill_grace)
         supervisor = Supervisor(config, observers, on_hup=on_hup, reap_orphans=reap)
         if extras.metrics is not None:
             from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 
@@ -98,9 +99,12 @@ def test_command_environment(beanstalk: BeanstalkServer) -> None:
         "CMDSTALK_AGE": env["CMDSTALK_AGE"],
         # The same string as cmdstalk_py.spark.datasource.with_idempotency_key.
         "CMDSTALK_IDEMPOTENCY_KEY": "sha256:" + hashlib.sha256(b"secret-payload").hexdigest(),
+        # The run marker (process/marker.py): this supervisor's pid, then a sequence number.
+        "CMDSTALK_RUN": env["CMDSTALK_RUN"],
     }
     assert {k: v for k, v in env.items() if k.startswith("CMDSTALK_")} == expected
     assert int(env["CMDSTALK_AGE"]) >= 0
+    assert env["CMDSTALK_RUN"].startswith(f"{os.getpid()}-")
     assert "secret-payload" not in result.stdout_tail
 
     def key_of(expected_id: int) -> str:

@@ -5,6 +5,8 @@ Modules:
 - ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads) and
   ``Observers``, the fan-out to every sink below.
 - ``logsetup``: stderr logging, text (``[tube:slot] job N …``) or JSON lines.
+- ``logsink``: ``SinkHandler``, the handler that never blocks a broker: a bounded queue,
+  one writer thread, lines dropped, counted and reported when the sink stalls.
 - ``eventlog``: ``EventLog``, the JSON-lines event log (schema v1), reopened for logrotate.
 - ``metrics``: Prometheus metrics (prometheus-client, imported only with ``--metrics``).
 - ``systemd``: ``SystemdNotifier``, the notify protocol (READY, STOPPING, WATCHDOG, STATUS).

@@ -18,6 +18,8 @@ import math
 import sys
 from typing import TextIO
 
+from cmdstalk_py.ops.logsink import SinkHandler
+
 # Structured extras a record may carry, in the order the JSON format writes them.
 EXTRA_KEYS = ("tube", "slot", "job_id", "event")
 
@@ -98,7 +100,25 @@ class JsonFormatter(logging.Formatter):
 
 
 class _OurHandler(logging.StreamHandler[TextIO]):
-    """The handler ``configure_logging`` installs, told apart so a second call replaces it."""
+    """The handler ``configure_logging`` installs on an in-memory stream (which cannot
+    stall), told apart so a second call replaces it."""
+
+
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+
+
+def make_handler(stream: TextIO) -> logging.Handler:
+    """A ``SinkHandler`` on ``stream``'s descriptor (stderr, a file, a pipe: anything that
+    can block), a plain stream handler for a stream without one (a test's StringIO)."""
+    fd = _fileno(stream)
+    if fd is None:
+        return _OurHandler(stream)
+    stream.flush()  # what was written through the stream goes first
+    return SinkHandler(fd)
 
 
 def make_formatter(fmt: str) -> logging.Formatter:
@@ -121,16 +141,18 @@ def parse_level(level: str) -> int:
 def configure_logging(fmt: str = "text", level: str = "INFO", stream: TextIO | None = None) -> None:
     """Route the root logger to ``stream`` (default stderr) in ``fmt`` at ``level``.
 
-    Replaces a handler installed by an earlier call; leaves other handlers (pytest's
-    capture, an embedding application's) alone. Raises ValueError for an unknown format or level.
+    Writing never blocks a logging thread (see ``logsink``): a stalled stderr costs log
+    lines, counted and reported, never a job. Replaces a handler installed by an earlier
+    call; leaves other handlers (pytest's capture, an embedding application's) alone.
+    Raises ValueError for an unknown format or level.
     """
     formatter = make_formatter(fmt)
     numeric = parse_level(level)
-    handler = _OurHandler(stream if stream is not None else sys.stderr)
+    handler = make_handler(stream if stream is not None else sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
-        if isinstance(old, _OurHandler):
+        if isinstance(old, (_OurHandler, SinkHandler)):
             root.removeHandler(old)
             old.close()
     root.addHandler(handler)

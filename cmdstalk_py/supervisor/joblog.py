@@ -7,6 +7,7 @@ stdout and stderr (so output can be silenced or routed apart from the rest).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -63,10 +64,16 @@ class JobLog:
         return on_line
 
     def kill_reporter(self, job_id: int) -> Callable[[str], None]:
-        """A callback for each signal sent to ``job_id``'s command: logged and observed."""
+        """A callback for each signal sent to ``job_id``'s command: logged and observed.
+
+        Called on the kill path: it never raises, and logging never waits for its sink
+        (``ops.logsink``), so reporting a signal cannot delay or prevent it.
+        """
 
         def on_kill(name: str) -> None:
-            log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
-            self._observer.process_killed(self.tube, name)
+            # A reporting bug must not leave a command running.
+            with contextlib.suppress(Exception):
+                log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
+                self._observer.process_killed(self.tube, name)
 
         return on_kill

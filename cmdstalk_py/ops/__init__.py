@@ -8,6 +8,10 @@ Modules:
 - ``logsink``: ``SinkHandler``, the handler that never blocks a broker: a bounded queue,
   one writer thread, lines dropped, counted and reported when the sink stalls.
 - ``eventlog``: ``EventLog``, the JSON-lines event log (schema v1), reopened for logrotate.
+- ``appendfile``: ``AppendFile``, a file that takes whole lines or nothing, private, that
+  follows logrotate (the event log's file).
+- ``sinkqueue``: ``SinkQueue``, a bounded queue drained by one writer thread: how every
+  sink above is written without a broker waiting for it.
 - ``metrics``: Prometheus metrics (prometheus-client, imported only with ``--metrics``).
 - ``systemd``: ``SystemdNotifier``, the notify protocol (READY, STOPPING, WATCHDOG, STATUS).
 """

@@ -11,10 +11,10 @@ how many were lost, so the gap is visible exactly where it happened.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
-from collections import deque
+
+from cmdstalk_py.ops.appendfile import write_all
+from cmdstalk_py.ops.sinkqueue import SinkQueue
 
 # What may wait for the sink before lines are dropped: room for bursts of job output
 # without letting a stalled sink grow the process.
@@ -23,12 +23,6 @@ QUEUE_BYTES = 1 << 20
 LINGER = 2.0
 
 _NOTICE = "%d log lines dropped: the log sink was not keeping up"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 class SinkHandler(logging.Handler):
@@ -43,16 +37,11 @@ class SinkHandler(logging.Handler):
         super().__init__()
         self.fd = fd
         self.dropped_total = 0
-        self._limit = limit
         self._linger = linger
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[bytes] = deque()
-        self._queued = 0  # bytes queued or being written: the bound covers both
+        self._count_lock = threading.Lock()
         self._dropped = 0  # dropped since the last notice
-        self._closing = False
         self._stalled = False  # a flush gave up waiting: close need not wait again
-        self._thread = threading.Thread(target=self._run, name="cmdstalk-log-writer", daemon=True)
-        self._thread.start()
+        self._queue = SinkQueue(self._write, limit, "cmdstalk-log-writer")
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -60,72 +49,54 @@ class SinkHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        with self._cond:
-            if self._closing or self._queued + len(data) > self._limit:
-                self._dropped += 1
-                self.dropped_total += 1
-                return
-            if self._dropped:
-                self._push(self._notice())
-            self._push(data)
-            self._cond.notify()
+        # A loss is reported just before the next line that fits, in the same item, so the
+        # notice takes no room of its own while the sink is stalled.
+        dropped, notice = self._take_notice()
+        if self._queue.put(notice + data) is None:
+            self._count_dropped(dropped + 1, dropped)
 
-    def _push(self, data: bytes) -> None:
-        self._queue.append(data)
-        self._queued += len(data)
+    def _count_dropped(self, lines: int, reported: int = 0) -> None:
+        """Count ``lines`` lost, of which ``reported`` were already in ``dropped_total``."""
+        with self._count_lock:
+            self._dropped += lines
+            self.dropped_total += lines - reported
 
-    def _notice(self) -> bytes:
-        """The warning that ``_dropped`` lines were lost (resets the count)."""
+    def _take_notice(self) -> tuple[int, bytes]:
+        """The number of lines lost since the last notice, and the notice (b"" if none)."""
+        with self._count_lock:
+            dropped, self._dropped = self._dropped, 0
+        if not dropped:
+            return 0, b""
         record = logging.LogRecord(
-            "cmdstalk.log", logging.WARNING, __file__, 0, _NOTICE, (self._dropped,), None
+            "cmdstalk.log", logging.WARNING, __file__, 0, _NOTICE, (dropped,), None
         )
-        self._dropped = 0
         try:
-            return (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+            return dropped, (self.format(record) + "\n").encode("utf-8", "backslashreplace")
         except Exception:
-            return (record.getMessage() + "\n").encode()
+            return dropped, (record.getMessage() + "\n").encode()
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                lines = len(self._queue)
-                batch = b"".join(self._queue)
-                self._queue.clear()
-            try:
-                _write_all(self.fd, batch)
-            except OSError:
-                # stderr closed or broken: nowhere to report it. Counted, so a notice
-                # follows if the sink takes lines again.
-                with self._cond:
-                    self._dropped += lines
-                    self.dropped_total += lines
-            with self._cond:
-                self._queued -= len(batch)
-                self._cond.notify_all()
+    def _write(self, lines: list[bytes]) -> None:
+        try:
+            write_all(self.fd, b"".join(lines))
+        except OSError:
+            # stderr closed or broken: nowhere to report it. Counted, so a notice follows
+            # if the sink takes lines again.
+            self._count_dropped(sum(item.count(b"\n") for item in lines))
+
+    def idle(self) -> bool:
+        """Every line accepted so far has been written (or counted as lost)."""
+        return self._queue.idle()
 
     def flush(self) -> None:
         """Wait until every queued line is written, ``linger`` seconds at most."""
-        deadline = time.monotonic() + self._linger
-        with self._cond:
-            while self._queued and self._thread.is_alive():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    # logging.shutdown calls close next: one wait for a stalled sink is enough.
-                    self._stalled = True
-                    return
-                self._cond.wait(left)
+        if not self._queue.flush(self._linger):
+            # logging.shutdown calls close next: one wait for a stalled sink is enough.
+            self._stalled = True
 
     def close(self) -> None:
         """Report pending drops, write what is queued (``linger`` at most), stop the writer."""
-        with self._cond:
-            if not self._closing:
-                if self._dropped:
-                    self._push(self._notice())
-                self._closing = True
-                self._cond.notify_all()
-        self._thread.join(0.0 if self._stalled else self._linger)
+        dropped, notice = self._take_notice()
+        if notice and self._queue.put(notice, force=True) is None:
+            self._count_dropped(dropped, dropped)
+        self._queue.close(0.0 if self._stalled else self._linger)
         super().close()

@@ -65,7 +65,7 @@ def test_a_pipe_nobody_reads_never_blocks_the_logging_thread(pipe: tuple[int, in
             data.extend(_read_available(r))
             return marker in data
 
-        wait_until(lambda: read_until(b"nobody reads") and not handler._queued, 10)
+        wait_until(lambda: read_until(b"nobody reads") and handler.idle(), 10)
         logger.info("after the stall")
         wait_until(lambda: read_until(b"after the stall"), 10, message="the next line")
         lines = data.decode().splitlines()

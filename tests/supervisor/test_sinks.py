@@ -7,6 +7,7 @@ Brokers must keep finishing jobs and TTR kills must still happen before the serv
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -50,6 +51,11 @@ class Drainer:
     def _run(self) -> None:
         while chunk := os.read(self.fd, 65536):
             self.data += chunk
+
+    def join(self, timeout: float) -> None:
+        """Wait for the end of the stream (every writer closed it)."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the pipe is still open"
 
     def text(self) -> str:
         return self.data.decode("utf-8", "replace")
@@ -114,3 +120,53 @@ def test_unread_stderr_stalls_no_broker_and_no_ttr_kill(
         assert proc.wait(timeout=20) == 0
         wait_until(lambda: "log lines dropped" in stderr.text(), 10, message="drop report")
         assert "sent SIGTERM" in stderr.text() or "log lines dropped" in stderr.text()
+
+
+OUTPUT_JOBS = 40
+# Each job prints 4 KiB, so each record carries a full stdout tail: 16 records fill a pipe.
+OUTPUT_CMD = "head -c 4096 /dev/zero | tr '\\\\0' x"
+
+
+@contextmanager
+def unread_fifo(path: Path) -> Iterator[int]:
+    """A FIFO at ``path`` with a reader that reads nothing until the test drains it."""
+    os.mkfifo(path)
+    # Opened first and non-blocking, so the writer's open does not wait for a reader.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def test_a_stalled_event_log_stalls_no_broker(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
+    events = tmp_path / "events.fifo"
+    with unread_fifo(events) as fifo:
+        proc = start_cmdstalk(
+            "--address", beanstalk.address, "--tubes", "ev", "--per-tube", "3",
+            "--cmd", OUTPUT_CMD, "--events", str(events),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            client = beanstalk.client(use="ev")
+            for i in range(OUTPUT_JOBS):
+                client.put(f"o{i}".encode(), ttr=60)
+            # Before: the first broker to block in write(2) held the event log's lock and
+            # every broker stopped at its next record, about 16 records in.
+            wait_until(
+                lambda: client.stats()["cmd-delete"] >= OUTPUT_JOBS, 60, message="jobs deleted"
+            )
+            os.set_blocking(fifo, True)
+            drainer = Drainer(fifo)
+            drainer.start()
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0
+            drainer.join(10)
+            # Every record arrives once the sink moves again, each one whole.
+            lines = drainer.text().splitlines()
+            assert len(lines) == OUTPUT_JOBS
+            records = [json.loads(x) for x in lines]
+            assert len({r["job_id"] for r in records}) == OUTPUT_JOBS
+            assert {r["outcome"] for r in records} == {"deleted"}
+        finally:
+            stop_process(proc, timeout=10)

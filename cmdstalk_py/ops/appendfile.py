@@ -19,7 +19,9 @@ from collections.abc import Callable
 # How often an append may stat() the path to notice rotation; a stat per line would be
 # cheap too, but a busy pool writes hundreds of lines a second and gains nothing from it.
 CHECK_INTERVAL = 1.0
-FILE_MODE = 0o644
+# Job data (output tails, errors) is for the owner only, as with any log of job contents.
+# An existing file keeps its mode: widening it is the owner's choice.
+FILE_MODE = 0o600
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from cmdstalk_py.ops.appendfile import AppendFile, write_all
-from cmdstalk_py.ops.logsetup import iso_utc
+from cmdstalk_py.ops.logsetup import iso_utc, json_safe
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.ops.sinkqueue import SinkQueue
 from cmdstalk_py.supervisor.results import JobResult
@@ -92,7 +92,9 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
 def encode_line(record: dict[str, object]) -> bytes:
     """One record as a ``\\n``-terminated UTF-8 JSON line."""
     text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
-    # JSON escapes every control character, so the line holds no newline but its last.
+    # JSON escapes C0 controls, so the line holds no newline but its last; json_safe
+    # escapes what it leaves raw (DEL, C1), for a reader with ``--events -`` on a terminal.
+    text = json_safe(text)
     return (text + "\n").encode("utf-8", errors="replace")
 
 

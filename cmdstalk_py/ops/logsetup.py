@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import logging
 import math
+import re
 import sys
 from typing import TextIO
 
@@ -25,6 +26,32 @@ EXTRA_KEYS = ("tube", "slot", "job_id", "event")
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMATS = ("text", "json")
+
+
+# What a job's output must not bring into a text log: C0 controls but tab (CR rewrites the
+# line on a terminal, LF starts a forged one, ESC starts terminal commands, NUL truncates
+# in some readers), DEL, and the C1 controls (U+009B is a one-character CSI).
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+# What json.dumps(ensure_ascii=False) leaves raw although a terminal or a line-oriented
+# reader acts on it: DEL, C1 controls, and the Unicode line and paragraph separators.
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or f"\\x{ord(char):02x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\r``, ``\\x1b``, ``\\x00``)."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def json_safe(text: str) -> str:
+    """A ``json.dumps`` text with the characters it leaves raw escaped as ``\\uXXXX``
+    (still valid JSON, decoding to the same value)."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 # The last second formatted, shared by every thread (a tuple: replaced whole, atomically):
@@ -62,11 +89,15 @@ def _prefix(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``<UTC time> <LEVEL> [tube:slot] job N <message>``, tracebacks on following lines."""
+    """``<UTC time> <LEVEL> [tube:slot] job N <message>``, tracebacks on following lines.
+
+    Control characters in the message (a job's output) are escaped: one record, one line,
+    and nothing a terminal acts on.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{iso_utc(record.created)} {record.levelname} {_prefix(record)}"
-        line += record.getMessage()
+        line += escape_controls(record.getMessage())
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         if record.stack_info:
@@ -96,7 +127,7 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             obj["stack"] = self.formatStack(record.stack_info)
         # default=str: an odd extra (a Path, an enum) must not turn a log call into a crash.
-        return json.dumps(obj, ensure_ascii=False, default=str)
+        return json_safe(json.dumps(obj, ensure_ascii=False, default=str))
 
 
 class _OurHandler(logging.StreamHandler[TextIO]):

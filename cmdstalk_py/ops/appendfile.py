@@ -128,7 +128,10 @@ class AppendFile:
                 raise ValueError(f"{self.path} is closed")
             try:
                 fd = self._target_locked()
-                write_all(fd, line)
+                if self._regular:
+                    append_whole(fd, line)
+                else:
+                    write_all(fd, line)
             except OSError:
                 self._failed = True
                 raise

@@ -5,7 +5,9 @@ a pipe nobody reads, a slow journal) would stop that job's TTR kill, and with a 
 handler lock every other broker too. Here a record is formatted by the caller and put on a
 bounded queue; one writer thread writes the queue to the descriptor. A line that does not
 fit is dropped and counted, and the next line that fits is preceded by a warning saying
-how many were lost, so the gap is visible exactly where it happened.
+how many were lost, so the gap is visible exactly where it happened. Job output (the
+``cmdstalk.output`` logger) may fill only half the queue: when a job floods its output,
+the lines about jobs (results, kills) still get through.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ QUEUE_BYTES = 1 << 20
 LINGER = 2.0
 
 _NOTICE = "%d log lines dropped: the log sink was not keeping up"
+# The logger of job commands' output lines: the bulk that must not crowd out the rest.
+OUTPUT_LOGGER = "cmdstalk.output"
 
 
 class SinkHandler(logging.Handler):
@@ -38,6 +42,7 @@ class SinkHandler(logging.Handler):
         self.fd = fd
         self.dropped_total = 0
         self._linger = linger
+        self._reserve = limit // 2  # kept from output lines for the other lines
         self._count_lock = threading.Lock()
         self._dropped = 0  # dropped since the last notice
         self._stalled = False  # a flush gave up waiting: close need not wait again
@@ -52,7 +57,8 @@ class SinkHandler(logging.Handler):
         # A loss is reported just before the next line that fits, in the same item, so the
         # notice takes no room of its own while the sink is stalled.
         dropped, notice = self._take_notice()
-        if self._queue.put(notice + data) is None:
+        reserve = self._reserve if record.name == OUTPUT_LOGGER else 0
+        if self._queue.put(notice + data, reserve=reserve) is None:
             self._count_dropped(dropped + 1, dropped)
 
     def _count_dropped(self, lines: int, reported: int = 0) -> None:

@@ -32,13 +32,15 @@ class SinkQueue:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, item: bytes, force: bool = False) -> int | None:
+    def put(self, item: bytes, force: bool = False, reserve: int = 0) -> int | None:
         """Queue ``item``; its sequence number, or None when full or closed (never waits).
 
-        ``force`` accepts it past the limit (a small notice about earlier losses).
+        ``reserve`` bytes of the limit are kept for other items (bulk items leave room for
+        important ones); ``force`` accepts it past the limit (a small notice about losses).
         """
         with self._cond:
-            if self._closing or (not force and self._bytes + len(item) > self._limit):
+            over = self._bytes + len(item) > self._limit - reserve
+            if self._closing or (over and not force):
                 return None
             self._items.append(item)
             self._bytes += len(item)

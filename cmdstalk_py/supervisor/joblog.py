@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable
 
 from cmdstalk_py.ops.eventlog import signal_name
+from cmdstalk_py.ops.logsink import OUTPUT_LOGGER
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
-output_log = logging.getLogger("cmdstalk.output")
+output_log = logging.getLogger(OUTPUT_LOGGER)
 
 
 class JobLog:

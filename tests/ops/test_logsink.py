@@ -93,14 +93,7 @@ def test_close_writes_everything_and_reports_pending_drops(pipe: tuple[int, int]
     r, w = pipe
     handler = SinkHandler(w, limit=4096, linger=5)
     logger = _logger(handler)
-    # Stall the writer: fill the pipe first.
-    os.set_blocking(w, False)
-    try:
-        while True:
-            os.write(w, b"." * 65536)
-    except BlockingIOError:
-        pass
-    os.set_blocking(w, True)
+    _fill(w)  # the writer's first write blocks
     for i in range(500):
         logger.info("queued %d", i)
     assert handler.dropped_total > 0
@@ -110,7 +103,7 @@ def test_close_writes_everything_and_reports_pending_drops(pipe: tuple[int, int]
     handler.close()
     os.close(w)
     reader.join(10)
-    text = got.decode().replace(".", "")
+    text = got.decode().lstrip("~")
     assert text.splitlines()[-1].endswith(f"{handler.dropped_total} log lines dropped: "
                                           "the log sink was not keeping up")
 
@@ -130,3 +123,47 @@ def test_a_broken_sink_counts_its_losses(pipe: tuple[int, int]) -> None:
     logger.info("lost")
     wait_until(lambda: handler.dropped_total == 1, 5, message="the loss counted")
     handler.close()
+
+
+def _record(name: str, msg: str) -> logging.LogRecord:
+    return logging.makeLogRecord(
+        {"name": name, "msg": msg, "levelno": logging.INFO, "levelname": "INFO"}
+    )
+
+
+def test_an_output_flood_leaves_room_for_the_lines_about_jobs(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    handler = SinkHandler(w, limit=64 * 1024, linger=5)
+    handler.setFormatter(TextFormatter())
+    _fill(w)
+    try:
+        for i in range(5000):
+            handler.handle(_record("cmdstalk.output", f"stdout: flood {i:05d} " + "x" * 40))
+        flooded = handler.dropped_total
+        assert flooded > 0
+        handler.handle(_record("cmdstalk.broker", "exit 0, deleted"))
+        handler.handle(_record("cmdstalk.broker", "sent SIGTERM"))
+        assert handler.dropped_total == flooded  # both kept although output is dropped
+        got = bytearray()
+        reader = threading.Thread(target=lambda: got.extend(_drain(r)), daemon=True)
+        reader.start()
+        handler.close()
+        os.close(w)
+        reader.join(10)
+        lines = got.decode().lstrip("~").splitlines()
+        # The loss is reported where it happened, before the first line that got through.
+        assert lines[-3].endswith(f"{flooded} log lines dropped: the log sink was not keeping up")
+        assert lines[-2].endswith("exit 0, deleted") and lines[-1].endswith("sent SIGTERM")
+    finally:
+        handler.close()
+
+
+def _fill(fd: int) -> None:
+    """Fill the pipe ``fd`` writes to, so the writer thread's next write blocks."""
+    os.set_blocking(fd, False)
+    try:
+        while True:
+            os.write(fd, b"~" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(fd, True)

@@ -188,7 +188,7 @@ class EventLog(Observer):
             self._stalled = False  # the sink caught up
         seq = self._queue.put(line)
         if seq is None:
-            self._lost("the disk is not keeping up, queue full")
+            self._lost("the sink is not keeping up (queue full)")
         elif not self._stalled and not self._queue.wait_written(seq, self._wait):
             self._stalled = True
             log.warning(

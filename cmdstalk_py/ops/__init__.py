@@ -5,7 +5,13 @@ Modules:
 - ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads) and
   ``Observers``, the fan-out to every sink below.
 - ``logsetup``: stderr logging, text (``[tube:slot] job N …``) or JSON lines.
+- ``logsink``: ``SinkHandler``, the handler that never blocks a broker: a bounded queue,
+  one writer thread, lines dropped, counted and reported when the sink stalls.
 - ``eventlog``: ``EventLog``, the JSON-lines event log (schema v1), reopened for logrotate.
+- ``appendfile``: ``AppendFile``, a file that takes whole lines or nothing, private, that
+  follows logrotate (the event log's file).
+- ``sinkqueue``: ``SinkQueue``, a bounded queue drained by one writer thread: how every
+  sink above is written without a broker waiting for it.
 - ``metrics``: Prometheus metrics (prometheus-client, imported only with ``--metrics``).
 - ``systemd``: ``SystemdNotifier``, the notify protocol (READY, STOPPING, WATCHDOG, STATUS).
 """

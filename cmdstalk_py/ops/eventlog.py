@@ -1,9 +1,10 @@
 """The per-job event log: one JSON object per finished job, appended to a file or stdout.
 
 The record layout (schema v1) is a contract with the Spark analytics; see README "Event log".
-``EventLog`` is safe with many broker threads (one ``write(2)`` per line, under a lock, on an
-``O_APPEND`` descriptor) and friendly to logrotate: it reopens its path on SIGHUP (a flag set
-by the handler, acted on at the next write) and on its own when the file was moved or deleted.
+``EventLog`` is safe with many broker threads and never holds one up for long: records go
+through a bounded queue to one writer thread, each written whole or not at all
+(``appendfile``). It is friendly to logrotate: it reopens its path on SIGHUP (a flag set by
+the handler, acted on at the next write) and on its own when the file was moved or deleted.
 """
 
 from __future__ import annotations
@@ -18,15 +19,21 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from cmdstalk_py.ops.logsetup import iso_utc
+from cmdstalk_py.ops.appendfile import AppendFile, write_all
+from cmdstalk_py.ops.logsetup import iso_utc, json_safe
 from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.sinkqueue import SinkQueue
 from cmdstalk_py.supervisor.results import JobResult
 
 SCHEMA_VERSION = 1
 TAIL_BYTES = 4096  # stdout_tail / stderr_tail bound, in UTF-8 bytes
-# How often a write may stat() the path to notice rotation; a stat per job would be cheap
-# too, but a busy pool finishes hundreds of jobs a second and gains nothing from it.
-CHECK_INTERVAL = 1.0
+# How long a broker waits for its record to be written before it calls the sink stalled.
+WAIT = 1.0
+# Records waiting for a stalled sink before new ones are dropped (a record with both tails
+# full is about 9 KiB).
+QUEUE_BYTES = 4 << 20
+# How long close() waits for a sink that does not take the queued records.
+LINGER = 2.0
 
 log = logging.getLogger("cmdstalk.events")
 
@@ -85,17 +92,10 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
 def encode_line(record: dict[str, object]) -> bytes:
     """One record as a ``\\n``-terminated UTF-8 JSON line."""
     text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
-    # JSON escapes every control character, so the line holds no newline but its last.
+    # JSON escapes C0 controls, so the line holds no newline but its last; json_safe
+    # escapes what it leaves raw (DEL, C1), for a reader with ``--events -`` on a terminal.
+    text = json_safe(text)
     return (text + "\n").encode("utf-8", errors="replace")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    # O_APPEND writes to a regular file are complete in one call; a pipe or terminal on
-    # stdout may take less, and the rest must follow before anyone else writes.
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _write_stdout(line: bytes) -> None:
@@ -108,14 +108,19 @@ def _write_stdout(line: bytes) -> None:
         sys.stdout.flush()
         return
     sys.stdout.flush()  # anything print()ed earlier goes first
-    _write_all(fd, line)
+    write_all(fd, line)
 
 
 class EventLog(Observer):
     """Appends one JSON line per finished job to ``path`` (``"-"`` for stdout).
 
-    Thread-safe; never raises from ``job_finished`` (a full disk loses event lines, not jobs:
-    the failure is logged and the file is reopened at the next write).
+    Thread-safe; ``job_finished`` never raises and never blocks a broker for long: records
+    go through a bounded queue to one writer thread. A broker waits up to ``wait`` seconds
+    for its record to be written (so in the normal case the record is on disk when the job
+    is done); past that the sink is stalled and brokers stop waiting until it catches up,
+    and records that do not fit the queue are dropped. Every record lost (dropped, or a
+    failed write such as a full disk) is counted in ``lost_total`` and logged, once per
+    streak, and the file is reopened at the next write.
     """
 
     def __init__(
@@ -124,32 +129,28 @@ class EventLog(Observer):
         hostname: str | None = None,
         pid: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wait: float = WAIT,
+        limit: int = QUEUE_BYTES,
     ) -> None:
         import socket
 
         self.path = path
         self.hostname = hostname if hostname is not None else socket.gethostname()
         self.pid = pid if pid is not None else os.getpid()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._fd: int | None = None
+        self.lost_total = 0
+        self._file = AppendFile(path, clock) if path != "-" else None
+        self._stdout_lock = threading.Lock()
+        self._wait = wait
+        self._count_lock = threading.Lock()
+        self._streak = 0  # records lost since the last one written
+        self._stalled = False
         self._closed = False
-        # Set from a signal handler: a plain attribute store, no lock (the handler may run
-        # while this very thread holds the lock).
-        self._reopen_requested = False
-        self._next_check = 0.0
-        self._failed = False
-        if path != "-":
-            self._fd = self._open()
-            self._next_check = self._clock() + CHECK_INTERVAL
-
-    def _open(self) -> int:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        return os.open(self.path, flags, 0o644)
+        self._queue = SinkQueue(self._write_lines, limit, "cmdstalk-event-writer")
 
     def request_reopen(self) -> None:
         """Ask for a reopen at the next write; safe to call from a signal handler."""
-        self._reopen_requested = True
+        if self._file is not None:
+            self._file.request_reopen()
 
     def reopen(self) -> None:
         """Close and reopen the path now (after logrotate moved the file away).
@@ -157,73 +158,72 @@ class EventLog(Observer):
         Never raises: called from the supervisor's main loop on SIGHUP, where a missing
         directory must not stop the workers. A failure is logged and retried at each write.
         """
-        with self._lock:
-            try:
-                self._reopen_locked()
-            except OSError as exc:
-                log.error("event log %s: cannot reopen: %s", self.path, exc)
-                self._failed = True
-
-    def _reopen_locked(self) -> None:
-        self._reopen_requested = False
-        if self.path == "-" or self._closed:
+        if self._file is None or self._closed:
             return
-        new_fd = self._open()
-        old, self._fd = self._fd, new_fd
-        if old is not None:
-            os.close(old)
-        self._next_check = self._clock() + CHECK_INTERVAL
-
-    def _rotated_locked(self) -> bool:
-        """Whether the path no longer names the open file (moved, deleted or replaced)."""
-        if self._fd is None:
-            return True
         try:
-            on_disk = os.stat(self.path)
-        except FileNotFoundError:
-            return True
-        mine = os.fstat(self._fd)
-        return (on_disk.st_ino, on_disk.st_dev) != (mine.st_ino, mine.st_dev)
-
-    def _target_locked(self) -> int:
-        """The descriptor to write to, reopening first when asked to or after rotation."""
-        if self._reopen_requested:
-            self._reopen_locked()
-        elif self._failed or self._clock() >= self._next_check:
-            self._next_check = self._clock() + CHECK_INTERVAL
-            if self._rotated_locked():
-                self._reopen_locked()
-        assert self._fd is not None
-        return self._fd
+            self._file.reopen()
+        except OSError as exc:
+            log.error("event log %s: cannot reopen: %s", self.path, exc)
 
     def write_record(self, record: dict[str, object]) -> None:
-        """Append one record (already in schema form) as a line; raises OSError on failure."""
-        line = encode_line(record)
-        with self._lock:
-            if self._closed:
-                raise ValueError("event log is closed")
-            if self.path == "-":
-                _write_stdout(line)
-            else:
-                _write_all(self._target_locked(), line)
+        """Append one record (already in schema form) now, on this thread; raises OSError
+        on failure (nothing of the line is left in the file)."""
+        if self._closed:
+            raise ValueError("event log is closed")
+        self._write_line(encode_line(record))
+
+    def _write_line(self, line: bytes) -> None:
+        if self._file is not None:
+            self._file.append(line)
+            return
+        with self._stdout_lock:
+            _write_stdout(line)
 
     def job_finished(self, result: JobResult) -> None:
-        """Append ``result``'s record; failures are logged, never raised."""
-        try:
-            self.write_record(event_record(result, self.hostname, self.pid))
-            self._failed = False
-        except (OSError, ValueError) as exc:
-            if not self._failed:  # one error line per failure streak, not one per job
-                log.error("event log %s: cannot write job %s: %s", self.path, result.job_id, exc)
-            self._failed = True
+        """Queue ``result``'s record; losses are counted and logged, never raised."""
+        if self._closed:
+            return
+        line = encode_line(event_record(result, self.hostname, self.pid))
+        if self._stalled and self._queue.idle():
+            self._stalled = False  # the sink caught up
+        seq = self._queue.put(line)
+        if seq is None:
+            self._lost("the sink is not keeping up (queue full)")
+        elif not self._stalled and not self._queue.wait_written(seq, self._wait):
+            self._stalled = True
+            log.warning(
+                "event log %s: a write takes over %.1fs; brokers no longer wait for it",
+                self.path, self._wait,
+            )  # fmt: skip
+
+    def _write_lines(self, lines: list[bytes]) -> None:
+        """The writer thread: each record whole or not at all."""
+        for line in lines:
+            try:
+                self._write_line(line)
+            except (OSError, ValueError) as exc:
+                self._lost(str(exc))
+                continue
+            if self._streak:
+                with self._count_lock:
+                    lost, self._streak = self._streak, 0
+                log.warning("event log %s: writing again after %d records lost", self.path, lost)
+
+    def _lost(self, why: str) -> None:
+        with self._count_lock:
+            self.lost_total += 1
+            self._streak += 1
+            first = self._streak == 1
+        if first:  # one error line per failure streak, not one per job
+            log.error("event log %s: cannot write records: %s", self.path, why)
 
     def close(self) -> None:
-        """Close the file (stdout is left open). Later records are dropped."""
-        with self._lock:
-            self._closed = True
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+        """Write what is queued (``LINGER`` seconds at most), close the file (stdout is left
+        open). Later records are dropped."""
+        self._closed = True  # no new records; the queued ones are still written
+        # A writer stuck in a write holds the file: leave both to the process's exit.
+        if self._queue.close(LINGER) and self._file is not None:
+            self._file.close()
 
 
 def install_sighup_reopen(eventlog: EventLog) -> None:

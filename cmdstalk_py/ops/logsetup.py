@@ -15,14 +15,43 @@ import datetime as dt
 import json
 import logging
 import math
+import re
 import sys
 from typing import TextIO
+
+from cmdstalk_py.ops.logsink import SinkHandler
 
 # Structured extras a record may carry, in the order the JSON format writes them.
 EXTRA_KEYS = ("tube", "slot", "job_id", "event")
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMATS = ("text", "json")
+
+
+# What a job's output must not bring into a text log: C0 controls but tab (CR rewrites the
+# line on a terminal, LF starts a forged one, ESC starts terminal commands, NUL truncates
+# in some readers), DEL, and the C1 controls (U+009B is a one-character CSI).
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+# What json.dumps(ensure_ascii=False) leaves raw although a terminal or a line-oriented
+# reader acts on it: DEL, C1 controls, and the Unicode line and paragraph separators.
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or f"\\x{ord(char):02x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\r``, ``\\x1b``, ``\\x00``)."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def json_safe(text: str) -> str:
+    """A ``json.dumps`` text with the characters it leaves raw escaped as ``\\uXXXX``
+    (still valid JSON, decoding to the same value)."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 # The last second formatted, shared by every thread (a tuple: replaced whole, atomically):
@@ -60,11 +89,15 @@ def _prefix(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``<UTC time> <LEVEL> [tube:slot] job N <message>``, tracebacks on following lines."""
+    """``<UTC time> <LEVEL> [tube:slot] job N <message>``, tracebacks on following lines.
+
+    Control characters in the message (a job's output) are escaped: one record, one line,
+    and nothing a terminal acts on.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{iso_utc(record.created)} {record.levelname} {_prefix(record)}"
-        line += record.getMessage()
+        line += escape_controls(record.getMessage())
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         if record.stack_info:
@@ -94,11 +127,29 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             obj["stack"] = self.formatStack(record.stack_info)
         # default=str: an odd extra (a Path, an enum) must not turn a log call into a crash.
-        return json.dumps(obj, ensure_ascii=False, default=str)
+        return json_safe(json.dumps(obj, ensure_ascii=False, default=str))
 
 
 class _OurHandler(logging.StreamHandler[TextIO]):
-    """The handler ``configure_logging`` installs, told apart so a second call replaces it."""
+    """The handler ``configure_logging`` installs on an in-memory stream (which cannot
+    stall), told apart so a second call replaces it."""
+
+
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+
+
+def make_handler(stream: TextIO) -> logging.Handler:
+    """A ``SinkHandler`` on ``stream``'s descriptor (stderr, a file, a pipe: anything that
+    can block), a plain stream handler for a stream without one (a test's StringIO)."""
+    fd = _fileno(stream)
+    if fd is None:
+        return _OurHandler(stream)
+    stream.flush()  # what was written through the stream goes first
+    return SinkHandler(fd)
 
 
 def make_formatter(fmt: str) -> logging.Formatter:
@@ -121,16 +172,18 @@ def parse_level(level: str) -> int:
 def configure_logging(fmt: str = "text", level: str = "INFO", stream: TextIO | None = None) -> None:
     """Route the root logger to ``stream`` (default stderr) in ``fmt`` at ``level``.
 
-    Replaces a handler installed by an earlier call; leaves other handlers (pytest's
-    capture, an embedding application's) alone. Raises ValueError for an unknown format or level.
+    Writing never blocks a logging thread (see ``logsink``): a stalled stderr costs log
+    lines, counted and reported, never a job. Replaces a handler installed by an earlier
+    call; leaves other handlers (pytest's capture, an embedding application's) alone.
+    Raises ValueError for an unknown format or level.
     """
     formatter = make_formatter(fmt)
     numeric = parse_level(level)
-    handler = _OurHandler(stream if stream is not None else sys.stderr)
+    handler = make_handler(stream if stream is not None else sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
-        if isinstance(old, _OurHandler):
+        if isinstance(old, (_OurHandler, SinkHandler)):
             root.removeHandler(old)
             old.close()
     root.addHandler(handler)

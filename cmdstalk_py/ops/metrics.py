@@ -34,8 +34,12 @@ JOB_STATES = {
 STATS_TIMEOUT = 5.0  # seconds for the stats connection's connect and each reply
 
 
-def parse_hostport(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
-    """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT`` → (host, port); ValueError when malformed."""
+def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT`` → (host, port); ValueError when malformed.
+
+    ``:PORT`` means ``default_host``: loopback, as metrics name tubes and job counts that
+    are nobody else's business unless the operator gives a host (``0.0.0.0:PORT``).
+    """
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit():
         raise ValueError(f"expected HOST:PORT, got {text!r}")
@@ -64,7 +68,7 @@ class QueueStatsPoller:
         waiting: Any,
         up: Any,
     ) -> None:
-        self._address = parse_hostport(address, default_host="127.0.0.1")
+        self._address = parse_hostport(address)
         self._tubes = tubes
         self._interval = interval
         self._jobs, self._urgent, self._waiting, self._up = jobs, urgent, waiting, up

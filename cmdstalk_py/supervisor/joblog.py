@@ -7,15 +7,17 @@ stdout and stderr (so output can be silenced or routed apart from the rest).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
 from cmdstalk_py.ops.eventlog import signal_name
+from cmdstalk_py.ops.logsink import OUTPUT_LOGGER
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 log = logging.getLogger("cmdstalk.broker")
-output_log = logging.getLogger("cmdstalk.output")
+output_log = logging.getLogger(OUTPUT_LOGGER)
 
 
 class JobLog:
@@ -63,10 +65,16 @@ class JobLog:
         return on_line
 
     def kill_reporter(self, job_id: int) -> Callable[[str], None]:
-        """A callback for each signal sent to ``job_id``'s command: logged and observed."""
+        """A callback for each signal sent to ``job_id``'s command: logged and observed.
+
+        Called on the kill path: it never raises, and logging never waits for its sink
+        (``ops.logsink``), so reporting a signal cannot delay or prevent it.
+        """
 
         def on_kill(name: str) -> None:
-            log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
-            self._observer.process_killed(self.tube, name)
+            # A reporting bug must not leave a command running.
+            with contextlib.suppress(Exception):
+                log.warning("sent %s", name, extra=self.extra(job_id, "kill"))
+                self._observer.process_killed(self.tube, name)
 
         return on_kill

@@ -180,7 +180,7 @@ def test_busy_port_raises_oserror() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("127.0.0.1:9100", ("127.0.0.1", 9100)), (":9100", ("0.0.0.0", 9100)),
+    [("127.0.0.1:9100", ("127.0.0.1", 9100)), (":9100", ("127.0.0.1", 9100)),
      ("[::1]:9100", ("::1", 9100)), ("localhost:0", ("localhost", 0))],
 )  # fmt: skip
 def test_parse_hostport(text: str, expected: tuple[str, int]) -> None:

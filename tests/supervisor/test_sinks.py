@@ -1,0 +1,175 @@
+"""Stalled log sinks never stall jobs (issue #16 item 1).
+
+A real ``cmdstalk`` runs with its stderr on a pipe nobody reads (or its event log on a FIFO
+nobody reads): a flood of job output fills the pipe, and from then on every write blocks.
+Brokers must keep finishing jobs and TTR kills must still happen before the server's TTR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import BeanstalkServer, wait_until
+from tests.ops.procs import stop_process
+from tests.supervisor.conftest import start_cmdstalk
+
+pytestmark = pytest.mark.slow
+
+# "flood": several MB of output lines, then sleep past the TTR (only a TTR kill ends it).
+# "quick": one line, exit 0.
+JOB_SCRIPT = """\
+read -r what
+case "$what" in
+  flood) yes "flood line: the quick brown fox jumps over the lazy dog" | head -c 3000000
+         exec sleep 60 ;;
+  *) echo "done $what" ;;
+esac
+"""
+QUICK_JOBS = 12
+
+
+class Drainer:
+    """Reads a pipe on a thread once started (until then nobody reads it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.data = bytearray()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while chunk := os.read(self.fd, 65536):
+            self.data += chunk
+
+    def join(self, timeout: float) -> None:
+        """Wait for the end of the stream (every writer closed it)."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the pipe is still open"
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@contextmanager
+def stalled_stderr(*args: str, **popen: Any) -> Iterator[tuple[subprocess.Popen[bytes], Drainer]]:
+    """``cmdstalk`` with its stderr on a pipe that is not read until ``Drainer.start``."""
+    read_fd, write_fd = os.pipe()
+    proc = None
+    try:
+        proc = start_cmdstalk(*args, stdout=subprocess.DEVNULL, stderr=write_fd, **popen)
+        os.close(write_fd)
+        write_fd = -1
+        drainer = Drainer(read_fd)
+        yield proc, drainer
+    finally:
+        if write_fd >= 0:
+            os.close(write_fd)
+        if proc is not None:
+            stop_process(proc, timeout=10)
+        os.close(read_fd)
+
+
+def _job_state(client: Any, job_id: int) -> dict[str, Any]:
+    stats: dict[str, Any] = client.stats_job(job_id)
+    return stats
+
+
+def _put_flood_then_quick(server: BeanstalkServer, tube: str) -> tuple[Any, int]:
+    client = server.client(use=tube)
+    flood = client.put(b"flood", ttr=3)
+    # The flood must be running (and filling the pipe) before the other jobs arrive.
+    wait_until(lambda: _job_state(client, flood)["state"] == "reserved", 15, message="flood runs")
+    for i in range(QUICK_JOBS):
+        client.put(f"q{i}".encode(), ttr=60)
+    return client, flood
+
+
+def _assert_killed_on_time_and_others_finish(client: Any, flood: int) -> None:
+    # Killed (TERM at 1.5 s, KILL at 2.25 s for TTR 3) and buried while still reserved:
+    # the server never timed it out.
+    wait_until(lambda: _job_state(client, flood)["state"] == "buried", 20, message="flood buried")
+    assert _job_state(client, flood)["timeouts"] == 0
+    wait_until(
+        lambda: client.stats()["cmd-delete"] >= QUICK_JOBS, 30, message="quick jobs deleted"
+    )
+
+
+def test_unread_stderr_stalls_no_broker_and_no_ttr_kill(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(JOB_SCRIPT)
+    args = ("--address", beanstalk.address, "--tubes", "sink", "--per-tube", "3")
+    with stalled_stderr(*args, "--cmd", f"sh {script}") as (proc, stderr):
+        client, flood = _put_flood_then_quick(beanstalk, "sink")
+        _assert_killed_on_time_and_others_finish(client, flood)
+        # Once stderr is read again, the loss is reported, and shutdown is prompt.
+        stderr.start()
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+        stderr.join(10)
+        text = stderr.text()
+        assert "log lines dropped" in text
+        # Lines about jobs had room that the flood of output could not take.
+        assert "sent SIGTERM" in text and "timeout_buried" in text
+
+
+OUTPUT_JOBS = 40
+# Each job prints 4 KiB, so each record carries a full stdout tail: 16 records fill a pipe.
+OUTPUT_CMD = "head -c 4096 /dev/zero | tr '\\\\0' x"
+
+
+@contextmanager
+def unread_fifo(path: Path) -> Iterator[int]:
+    """A FIFO at ``path`` with a reader that reads nothing until the test drains it."""
+    os.mkfifo(path)
+    # Opened first and non-blocking, so the writer's open does not wait for a reader.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def test_a_stalled_event_log_stalls_no_broker(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
+    events = tmp_path / "events.fifo"
+    with unread_fifo(events) as fifo:
+        proc = start_cmdstalk(
+            "--address", beanstalk.address, "--tubes", "ev", "--per-tube", "3",
+            "--cmd", OUTPUT_CMD, "--events", str(events),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            client = beanstalk.client(use="ev")
+            for i in range(OUTPUT_JOBS):
+                client.put(f"o{i}".encode(), ttr=60)
+            # Before: the first broker to block in write(2) held the event log's lock and
+            # every broker stopped at its next record, about 16 records in.
+            wait_until(
+                lambda: client.stats()["cmd-delete"] >= OUTPUT_JOBS, 60, message="jobs deleted"
+            )
+            os.set_blocking(fifo, True)
+            drainer = Drainer(fifo)
+            drainer.start()
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0
+            drainer.join(10)
+            # Every record arrives once the sink moves again, each one whole.
+            lines = drainer.text().splitlines()
+            assert len(lines) == OUTPUT_JOBS
+            records = [json.loads(x) for x in lines]
+            assert len({r["job_id"] for r in records}) == OUTPUT_JOBS
+            assert {r["outcome"] for r in records} == {"deleted"}
+        finally:
+            stop_process(proc, timeout=10)

@@ -131,16 +131,19 @@ class TreeKiller:
         return new
 
     def send(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the group and to every collected descendant; never raises."""
+        """Send ``sig`` to the group and to every collected descendant, then report it.
+
+        Signals first: the kill must not wait for whatever ``on_kill`` does (logging).
+        """
         self.sent.append(sig.name)
-        if self._on_kill is not None:
-            self._on_kill(sig.name)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
         # psutil refuses to signal a pid that now belongs to a different process.
         for proc in self._descendants.values():
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
                 proc.send_signal(sig)
+        if self._on_kill is not None:
+            self._on_kill(sig.name)
 
     def reap(self) -> None:
         """Reap orphans that were reparented to us (only if we are a subreaper)."""

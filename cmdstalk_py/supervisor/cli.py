@@ -274,7 +274,7 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     env="METRICS",
     default=None,
     metavar="HOST:PORT",
-    help="Serve Prometheus metrics on HOST:PORT.",
+    help="Serve Prometheus metrics on HOST:PORT (:PORT listens on 127.0.0.1).",
 )
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import greenstalk
@@ -102,45 +105,99 @@ def _exited_or_listening(proc: subprocess.Popen[bytes], port: int) -> Callable[[
     return lambda: proc.poll() is not None or accepts_connections("127.0.0.1", port)
 
 
+class ServerStartError(RuntimeError):
+    """A server process exited, or never accepted a connection, before its deadline."""
+
+
+@dataclass
+class ServerProcess:
+    """A server subprocess that has accepted a connection on 127.0.0.1:``port``.
+
+    Its stderr goes to a file rather than a pipe: a long-lived server (a benchmark's) must
+    never block on a pipe nobody reads.
+    """
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    stderr_path: Path
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Signal the server (TERM, or KILL for a crash) and reap it; KILL after ``timeout``."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            self.stderr_path.unlink(missing_ok=True)
+
+
+def start_server_process(
+    argv: Callable[[int], Sequence[str]],
+    *,
+    port: int | None = None,
+    timeout: float = 15.0,
+    attempts: int = 3,
+    interval: float = 0.005,
+) -> ServerProcess:
+    """Start ``argv(port)`` and poll until it accepts a connection on 127.0.0.1:``port``.
+
+    The port is ``port``, else a free one; a server that exits at once on a port we picked
+    most likely lost a race for it with another process (parallel tests), so it is started
+    again on another, up to ``attempts`` times. Raises ServerStartError with the server's
+    stderr when it exits for good or does not listen within ``timeout`` seconds.
+    """
+    why = "no attempt made"
+    for _ in range(attempts):
+        p = port if port is not None else free_port()
+        fd, name = tempfile.mkstemp(prefix="server-", suffix=".stderr")
+        with os.fdopen(fd, "wb") as err:
+            proc = subprocess.Popen(
+                list(argv(p)), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+            )
+        server = ServerProcess(proc, p, Path(name))
+        try:
+            wait_until(
+                _exited_or_listening(proc, p),
+                timeout=timeout,
+                interval=interval,
+                message=f"{argv(p)[0]} on 127.0.0.1:{p}",
+            )
+        except WaitTimeout as exc:
+            server.stop(signal.SIGKILL)
+            raise ServerStartError(f"{exc}: {server.stderr_tail()}") from None
+        if proc.poll() is None:
+            return server
+        why = f"{' '.join(argv(p))} exited with {proc.returncode}: {server.stderr_tail()}"
+        server.stop()
+        if port is not None:
+            break  # the caller's port: no other one to try
+    raise ServerStartError(why)
+
+
 @contextmanager
 def running_beanstalkd(*extra_args: str, port: int | None = None) -> Iterator[BeanstalkServer]:
     """Start the real beanstalkd on 127.0.0.1, wait until it accepts, stop it in finally."""
     binary = beanstalkd_path()
     if binary is None:
         raise RuntimeError("beanstalkd binary not found (set BEANSTALKD_PATH)")
-    for attempt in range(3):
-        p = port if port is not None else free_port()
-        proc = subprocess.Popen(
-            [binary, "-l", "127.0.0.1", "-p", str(p), *extra_args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+    process = start_server_process(
+        lambda p: [binary, "-l", "127.0.0.1", "-p", str(p), *extra_args], port=port, timeout=5
+    )
+    try:
+        server = BeanstalkServer("beanstalkd", "127.0.0.1", process.port)
         try:
-            wait_until(
-                _exited_or_listening(proc, p),
-                timeout=5,
-                message=f"beanstalkd on 127.0.0.1:{p}",
-            )
-            if proc.poll() is not None:
-                # Lost the race for the port to someone else: try another one.
-                if attempt < 2 and port is None:
-                    continue
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"beanstalkd exited with {proc.returncode}: {err}")
-            server = BeanstalkServer("beanstalkd", "127.0.0.1", p)
-            try:
-                yield server
-            finally:
-                server.close_clients()
-            return
+            yield server
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
-    raise RuntimeError("could not start beanstalkd on a free port")
+            server.close_clients()
+    finally:
+        process.stop(timeout=5)

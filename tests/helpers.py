@@ -173,8 +173,12 @@ def start_server_process(
                 message=f"{argv(p)[0]} on 127.0.0.1:{p}",
             )
         except WaitTimeout as exc:
+            why = f"{exc}: {server.stderr_tail()}"
             server.stop(signal.SIGKILL)
-            raise ServerStartError(f"{exc}: {server.stderr_tail()}") from None
+            raise ServerStartError(why) from None
+        except BaseException:  # interrupted while waiting: leave no server behind
+            server.stop(signal.SIGKILL)
+            raise
         if proc.poll() is None:
             return server
         why = f"{' '.join(argv(p))} exited with {proc.returncode}: {server.stderr_tail()}"

@@ -7,6 +7,7 @@ EXTRAS ?= dev,spark,metrics
 
 # Tests run in parallel, one pytest-xdist worker per core; tests carrying the same
 # xdist_group mark (tests/conftest.py) stay on one worker, one after the other.
+# `make test XDIST=` runs everything in one process, in collection order.
 XDIST  ?= -n auto --dist loadgroup
 
 .PHONY: test test-fast lint demo bench clean

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,12 +48,56 @@ def wait_until(
     return last
 
 
+# Ports handed out by free_port: below the kernel's ephemeral range (where it picks the
+# local port of every outgoing connection), so no client socket of a parallel test can take
+# one between free_port() and the server's bind.
+_PORTS_LOW = 10000
+_rng = random.Random()  # its own: tests that seed the global generator stay reproducible
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel may give an outgoing connection."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def worker_ports() -> range:
+    """This pytest-xdist worker's own slice of the ports (all of them outside xdist)."""
+    high = ephemeral_low()
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    size = (high - _PORTS_LOW) // max(count, 1)
+    return range(_PORTS_LOW + index * size, _PORTS_LOW + (index + 1) * size)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago.
+
+    Drawn from this worker's slice (see ``worker_ports``), so two parallel workers never
+    pick the same one; the kernel's choice only if the slice is empty or all taken.
+    """
+    ports = worker_ports()
+    for _ in range(min(len(ports), 50)):
+        port = _rng.choice(ports)
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def accepts_connections(host: str, port: int) -> bool:

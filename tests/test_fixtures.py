@@ -15,9 +15,12 @@ from tests.helpers import (
     WaitTimeout,
     accepts_connections,
     beanstalkd_path,
+    ephemeral_low,
+    free_port,
     running_beanstalkd,
     start_server_process,
     wait_until,
+    worker_ports,
 )
 
 
@@ -86,3 +89,16 @@ def test_launcher_kills_a_server_that_never_listens(tmp_path: Path) -> None:
         start_server_process(lambda p: ["/bin/sh", "-c", script], timeout=2)
     pid = int(pidfile.read_text())
     assert not psutil.pid_exists(pid), "killed and reaped, not left running"
+
+
+def test_parallel_workers_draw_ports_from_disjoint_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    slices = []
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        slices.append(set(worker_ports()))
+        assert free_port() in slices[-1] or not slices[-1]
+    assert all(len(s) > 1000 for s in slices)
+    assert not (slices[0] & slices[1] or slices[1] & slices[2] or slices[0] & slices[2])
+    # Below the kernel's ephemeral range: no outgoing connection takes one of them.
+    assert max(slices[2]) < ephemeral_low()

@@ -5,6 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= dev,spark,metrics
 
+# Tests run in parallel, one pytest-xdist worker per core; tests carrying the same
+# xdist_group mark (tests/conftest.py) stay on one worker, one after the other.
+# `make test XDIST=` runs everything in one process, in collection order.
+XDIST  ?= -n auto --dist loadgroup
+
 .PHONY: test test-fast lint demo bench clean
 
 $(STAMP): pyproject.toml
@@ -16,11 +21,11 @@ $(STAMP): pyproject.toml
 
 # The whole suite: lint, types, every test including the slow drills.
 test: $(STAMP) lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Without the slow drills, for a quick local loop.
 test-fast: $(STAMP) lint
-	$(PY) -m pytest -m "not slow and not spark" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow and not spark" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cmdstalk_py tests benchmarks examples

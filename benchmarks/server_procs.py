@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,12 +18,16 @@ from pathlib import Path
 
 import psutil
 
+# The launcher is shared with the tests (tests/helpers.py): one way to start a server.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# ServerStartError and free_port are re-exported for the benchmark scripts.
+from tests.helpers import ServerProcess, start_server_process
+from tests.helpers import ServerStartError as ServerStartError
+from tests.helpers import free_port as free_port
+
 HOST = "127.0.0.1"
 START_TIMEOUT = 15.0
-
-
-class ServerStartError(RuntimeError):
-    """A server process exited or never accepted a connection."""
 
 
 @dataclass(frozen=True)
@@ -57,32 +59,11 @@ def bundled_kind() -> ServerKind:
     return ServerKind("bundled", (sys.executable, "-m", "cmdstalk_py.server"))
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def try_connect(port: int) -> bool:
-    """One connection attempt; True when the server accepted it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.connect((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
 @dataclass
-class RunningServer:
-    """A server subprocess that has accepted a connection."""
+class RunningServer(ServerProcess):
+    """A server subprocess that has accepted a connection, with its CPU and memory."""
 
-    kind: ServerKind
-    port: int
-    proc: subprocess.Popen[bytes]
-    stderr_path: Path
+    kind: ServerKind = field(kw_only=True)
     _ps: psutil.Process = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -123,12 +104,6 @@ class RunningServer:
         rss: int = self._ps.memory_info().rss
         return rss
 
-    def stderr_tail(self, limit: int = 2000) -> str:
-        try:
-            return self.stderr_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return ""
-
     def check_alive(self) -> None:
         """Raise ServerStartError with the server's stderr if it has exited."""
         if self.proc.poll() is not None:
@@ -136,42 +111,19 @@ class RunningServer:
                 f"{self.kind.name} exited with {self.proc.returncode}: {self.stderr_tail()}"
             )
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Signal the server (TERM, or KILL for a crash) and reap it; KILL after 10 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.stderr_path.unlink(missing_ok=True)
-
 
 def start_server(kind: ServerKind, extra: Sequence[str] = (), attempts: int = 3) -> RunningServer:
     """Start ``kind`` on a free port and wait until it accepts a connection."""
-    last = ""
-    argv: list[str] = []
-    for _ in range(attempts):
-        port = free_port()
-        argv = kind.argv(port, extra)
-        fd, name = tempfile.mkstemp(prefix=f"bench-{kind.name}-", suffix=".stderr")
-        with os.fdopen(fd, "wb") as err:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err,
-            )
-        server = RunningServer(kind, port, proc, Path(name))
-        deadline = time.monotonic() + START_TIMEOUT
-        while proc.poll() is None and time.monotonic() < deadline:
-            if try_connect(port):
-                return server
-            time.sleep(0.002)
-        last = server.stderr_tail().strip()
-        server.stop(signal.SIGKILL)
-        if proc.returncode is not None and "in use" not in last.lower():
-            break  # a real failure, not a lost race for the port
-    raise ServerStartError(f"{kind.name} did not start ({' '.join(argv)}): {last}")
+    try:
+        started = start_server_process(
+            lambda port: kind.argv(port, extra),
+            timeout=START_TIMEOUT,
+            attempts=attempts,
+            interval=0.002,
+        )
+    except ServerStartError as exc:
+        raise ServerStartError(f"{kind.name} did not start: {exc}") from None
+    return RunningServer(started.proc, started.port, started.stderr_path, kind=kind)
 
 
 def startup_seconds(kind: ServerKind, extra: Sequence[str] = ()) -> tuple[float, float]:

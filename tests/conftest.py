@@ -15,6 +15,25 @@ _BUNDLED = importlib.util.find_spec("cmdstalk_py.server.embedded") is not None
 SERVER_KINDS = ["beanstalkd", *(["bundled"] if _BUNDLED else [])]
 
 
+def _needs_spark(item: pytest.Item) -> bool:
+    return bool(item.get_closest_marker("spark")) or "spark" in getattr(item, "fixturenames", ())
+
+
+# tryfirst: xdist reads the groups in its own hook, which must see ours.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, keep every Spark test on one worker (``--dist loadgroup``).
+
+    The session fixture starts a JVM per worker that asks for it; one is enough, and two
+    would not fit beside the rest of the suite on a small machine. The group goes first, so
+    that its worker starts on the longest unit while the others share everything else.
+    """
+    for item in items:
+        if _needs_spark(item):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+    items.sort(key=lambda item: not _needs_spark(item))  # stable: the rest keeps its order
+
+
 @pytest.fixture
 def real_beanstalkd() -> Iterator[BeanstalkServer]:
     """The Debian beanstalkd binary on 127.0.0.1 and a free port."""

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import greenstalk
@@ -44,12 +48,56 @@ def wait_until(
     return last
 
 
+# Ports handed out by free_port: below the kernel's ephemeral range (where it picks the
+# local port of every outgoing connection), so no client socket of a parallel test can take
+# one between free_port() and the server's bind.
+_PORTS_LOW = 10000
+_rng = random.Random()  # its own: tests that seed the global generator stay reproducible
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel may give an outgoing connection."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def worker_ports() -> range:
+    """This pytest-xdist worker's own slice of the ports (all of them outside xdist)."""
+    high = ephemeral_low()
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    size = (high - _PORTS_LOW) // max(count, 1)
+    return range(_PORTS_LOW + index * size, _PORTS_LOW + (index + 1) * size)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago.
+
+    Drawn from this worker's slice (see ``worker_ports``), so two parallel workers never
+    pick the same one; the kernel's choice only if the slice is empty or all taken.
+    """
+    ports = worker_ports()
+    for _ in range(min(len(ports), 50)):
+        port = _rng.choice(ports)
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def accepts_connections(host: str, port: int) -> bool:
@@ -102,45 +150,103 @@ def _exited_or_listening(proc: subprocess.Popen[bytes], port: int) -> Callable[[
     return lambda: proc.poll() is not None or accepts_connections("127.0.0.1", port)
 
 
+class ServerStartError(RuntimeError):
+    """A server process exited, or never accepted a connection, before its deadline."""
+
+
+@dataclass
+class ServerProcess:
+    """A server subprocess that has accepted a connection on 127.0.0.1:``port``.
+
+    Its stderr goes to a file rather than a pipe: a long-lived server (a benchmark's) must
+    never block on a pipe nobody reads.
+    """
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    stderr_path: Path
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Signal the server (TERM, or KILL for a crash) and reap it; KILL after ``timeout``."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            self.stderr_path.unlink(missing_ok=True)
+
+
+def start_server_process(
+    argv: Callable[[int], Sequence[str]],
+    *,
+    port: int | None = None,
+    timeout: float = 15.0,
+    attempts: int = 3,
+    interval: float = 0.005,
+) -> ServerProcess:
+    """Start ``argv(port)`` and poll until it accepts a connection on 127.0.0.1:``port``.
+
+    The port is ``port``, else a free one; a server that exits at once on a port we picked
+    most likely lost a race for it with another process (parallel tests), so it is started
+    again on another, up to ``attempts`` times. Raises ServerStartError with the server's
+    stderr when it exits for good or does not listen within ``timeout`` seconds.
+    """
+    why = "no attempt made"
+    for _ in range(attempts):
+        p = port if port is not None else free_port()
+        fd, name = tempfile.mkstemp(prefix="server-", suffix=".stderr")
+        with os.fdopen(fd, "wb") as err:
+            proc = subprocess.Popen(
+                list(argv(p)), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+            )
+        server = ServerProcess(proc, p, Path(name))
+        try:
+            wait_until(
+                _exited_or_listening(proc, p),
+                timeout=timeout,
+                interval=interval,
+                message=f"{argv(p)[0]} on 127.0.0.1:{p}",
+            )
+        except WaitTimeout as exc:
+            why = f"{exc}: {server.stderr_tail()}"
+            server.stop(signal.SIGKILL)
+            raise ServerStartError(why) from None
+        except BaseException:  # interrupted while waiting: leave no server behind
+            server.stop(signal.SIGKILL)
+            raise
+        if proc.poll() is None:
+            return server
+        why = f"{' '.join(argv(p))} exited with {proc.returncode}: {server.stderr_tail()}"
+        server.stop()
+        if port is not None:
+            break  # the caller's port: no other one to try
+    raise ServerStartError(why)
+
+
 @contextmanager
 def running_beanstalkd(*extra_args: str, port: int | None = None) -> Iterator[BeanstalkServer]:
     """Start the real beanstalkd on 127.0.0.1, wait until it accepts, stop it in finally."""
     binary = beanstalkd_path()
     if binary is None:
         raise RuntimeError("beanstalkd binary not found (set BEANSTALKD_PATH)")
-    for attempt in range(3):
-        p = port if port is not None else free_port()
-        proc = subprocess.Popen(
-            [binary, "-l", "127.0.0.1", "-p", str(p), *extra_args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+    process = start_server_process(
+        lambda p: [binary, "-l", "127.0.0.1", "-p", str(p), *extra_args], port=port, timeout=5
+    )
+    try:
+        server = BeanstalkServer("beanstalkd", "127.0.0.1", process.port)
         try:
-            wait_until(
-                _exited_or_listening(proc, p),
-                timeout=5,
-                message=f"beanstalkd on 127.0.0.1:{p}",
-            )
-            if proc.poll() is not None:
-                # Lost the race for the port to someone else: try another one.
-                if attempt < 2 and port is None:
-                    continue
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"beanstalkd exited with {proc.returncode}: {err}")
-            server = BeanstalkServer("beanstalkd", "127.0.0.1", p)
-            try:
-                yield server
-            finally:
-                server.close_clients()
-            return
+            yield server
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
-    raise RuntimeError("could not start beanstalkd on a free port")
+            server.close_clients()
+    finally:
+        process.stop(timeout=5)

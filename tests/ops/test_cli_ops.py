@@ -3,6 +3,7 @@ systemd unit's own command line and environment file, run for real."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -12,13 +13,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import BeanstalkServer, free_port, wait_until
 from tests.ops.procs import notify_listener, stop_process
 from tests.ops.units import ENV_EXAMPLE, VENV_BIN, WORKER_UNIT, exec_argv, read_env_file, read_unit
 
 CMDSTALK = str(VENV_BIN / "cmdstalk")
+# --metrics needs prometheus-client (the metrics extra); without it those tests skip.
+needs_metrics = pytest.mark.skipif(
+    importlib.util.find_spec("prometheus_client") is None, reason="the metrics extra is absent"
+)
 
 
 def base_env() -> dict[str, str]:
@@ -35,6 +39,8 @@ def event_lines(path: Path) -> list[dict[str, object]]:
 def metric(port: int, name: str, **labels: str) -> float | None:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == name and s.labels == labels:
@@ -42,6 +48,7 @@ def metric(port: int, name: str, **labels: str) -> float | None:
     return None
 
 
+@needs_metrics
 def test_events_metrics_json_logs_and_notify(
     real_beanstalkd: BeanstalkServer, tmp_path: Path
 ) -> None:
@@ -117,6 +124,7 @@ def test_events_to_stdout(real_beanstalkd: BeanstalkServer) -> None:
     assert (record["outcome"], record["stdout_tail"]) == ("deleted", "to stdout")
 
 
+@needs_metrics
 def test_systemd_unit_command_line_for_real(
     real_beanstalkd: BeanstalkServer, tmp_path: Path
 ) -> None:

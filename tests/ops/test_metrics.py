@@ -8,11 +8,13 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cmdstalk_py.ops.metrics import MetricsExporter, parse_hostport, start_metrics
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, free_port, running_beanstalkd, wait_until
+
+# Without the metrics extra the module skips instead of failing the whole collection.
+parser = pytest.importorskip("prometheus_client.parser", reason="the metrics extra is absent")
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -22,7 +24,7 @@ def scrape(port: int) -> Samples:
         text = resp.read().decode()
     return {
         (s.name, frozenset(s.labels.items())): s.value
-        for fam in text_string_to_metric_families(text)
+        for fam in parser.text_string_to_metric_families(text)
         for s in fam.samples
     }
 

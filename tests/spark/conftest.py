@@ -1,4 +1,8 @@
-"""One SparkSession (local[2]) for every Spark test: starting a JVM costs ~10 s."""
+"""One SparkSession (local[2]) for every Spark test: starting a JVM is slow.
+
+Without the ``spark`` extra the tests that need the session skip (the fixture asks for
+pyspark); the modules that import pyarrow at their top skip themselves.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """A local[2] session with private temp dirs, the beanstalkd data source registered."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     from cmdstalk_py.spark.session import spark_session
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")

@@ -5,6 +5,7 @@ Modules, from the command line inwards:
 - ``cli``: the ``cmdstalk`` command line (click), every option also from ``CMDSTALK_*``;
   ``goflags`` rewrites Go cmdstalk's spellings (``-all -per-tube=6``) before click parses.
 - ``config``: ``Config``, the one frozen value every part takes, its defaults and parsers.
+- ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
 - ``wiring``: ``run_supervisor``: logging, observers, ``--embedded``, then the lifecycle.
 - ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED, signals, shutdown.
 - ``dispatcher``: which brokers exist (``--tubes``, ``--all`` discovery), one thread each.

@@ -10,6 +10,7 @@ Modules, from the command line inwards:
 - ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED, signals, shutdown.
 - ``dispatcher``: which brokers exist (``--tubes``, ``--all`` discovery), one thread each.
 - ``broker``: one connection, one tube: reserve, stats-job, run, delete/release/bury.
+- ``cmdcheck``: a command that cannot run (exit 126/127, no shell): one ERROR per broker.
 - ``policy``: pure decisions: precheck, release backoff, bury, the TTR kill schedule.
 - ``budget``: ``--max-jobs`` shared by every broker.
 - ``results``: ``JobResult`` and ``Outcome``, the contract with the event log and Spark.

@@ -102,13 +102,8 @@ class HealingConnection:
     def _connect(self) -> Client:
         if self.stop.is_set():
             raise Stopped("stopping")
-        sock = socket.create_connection((self.host, self.port), timeout=self._io_timeout)
-        # From here abort() can cut the handshake short: a server that accepts but never
-        # answers would otherwise hold a stopping supervisor for the whole I/O timeout.
-        self._sock = sock
+        sock = self._open_socket()
         try:
-            if self.stop.is_set():  # stopped (and maybe aborted) before the line above
-                raise Stopped("stopping")
             # Requests are small and answered one at a time: never let Nagle hold them.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # The kernel enforces the I/O timeout (a silent server fails a read with
@@ -127,6 +122,33 @@ class HealingConnection:
             sock.close()
             raise
         return client
+
+    def _open_socket(self) -> socket.socket:
+        """``socket.create_connection``, except that ``abort()`` can cut it short.
+
+        The socket is published before ``connect``: shutting it down from another thread
+        ends a connect that waits on a host that drops our SYNs, and the wait for the
+        first replies, which a server that accepts but never answers makes as long as the
+        I/O timeout. Either would hold a stopping supervisor that long.
+        """
+        error: OSError = OSError(f"no address for {self.address}")
+        infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        for family, kind, proto, _, sockaddr in infos:
+            sock = socket.socket(family, kind, proto)
+            self._sock = sock
+            try:
+                if self.stop.is_set():  # stopped, maybe aborted, before the line above
+                    raise Stopped("stopping")
+                sock.settimeout(self._io_timeout)
+                sock.connect(sockaddr)
+                return sock
+            except BaseException as e:
+                self._sock = None
+                sock.close()
+                if not isinstance(e, OSError):
+                    raise
+                error = e
+        raise error
 
     def abort(self) -> None:
         """Cut the connection under a blocked call (from another thread): it fails at once.

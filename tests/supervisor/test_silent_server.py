@@ -116,6 +116,32 @@ def test_sigterm_is_prompt_and_ready_never_sent_while_the_server_is_silent(
         assert "READY=1" not in notify.messages
 
 
+def syn_sent_to(port: int) -> int:
+    """Sockets on this host waiting for the SYN-ACK of 127.0.0.1:``port`` (/proc/net/tcp)."""
+    remote = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if row[2] == remote and row[3] == "02")  # 02: SYN_SENT
+
+
+def test_sigterm_is_prompt_while_connecting_to_a_host_that_drops_syns(tmp_path: Path) -> None:
+    # A full accept queue: Linux drops further SYNs, so connect() waits (up to the 30 s
+    # I/O timeout) as it would for a firewalled host.
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        with cmdstalk_notified(
+            tmp_path, "--address", f"127.0.0.1:{port}", "--tubes", "a", "--per-tube", "2"
+        ) as (proc, notify):
+            wait_until(lambda: syn_sent_to(port) >= 2, 20, message="two connects waiting")
+            assert stop_time(proc) < PROMPT
+            assert "READY=1" not in notify.messages
+    finally:
+        filler.close()
+        listener.close()
+
+
 def test_ready_comes_once_the_server_answers_on_the_default_tube(
     beanstalk: BeanstalkServer, tmp_path: Path
 ) -> None:

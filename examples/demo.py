@@ -7,14 +7,15 @@ with ``--all`` until every job is done (deleted, or buried for the ones that can
 succeed), then prints what happened to each job. Equivalent to::
 
     cmdstalk --embedded --address 127.0.0.1:11300 --all --per-tube 2 \\
-        --bury-exit-codes 65 --cmd 'exec examples/workers/"$CMDSTALK_TUBE"'
+        --bury-exit-codes 65,78 --cmd 'exec examples/dispatch.sh'
 
-(the tube names the worker; a demo trick, not a deployment pattern).
+``examples/dispatch.sh`` picks each tube's worker from a fixed list: no tube name or
+payload chooses what is executed.
 """
 
 from __future__ import annotations
 
-import os
+import shlex
 import sys
 import threading
 import time
@@ -32,7 +33,8 @@ from cmdstalk_py.supervisor.config import Config  # noqa: E402
 from cmdstalk_py.supervisor.lifecycle import Supervisor  # noqa: E402
 from cmdstalk_py.supervisor.results import JobResult, Outcome  # noqa: E402
 
-WORKERS = ROOT / "examples" / "workers"
+# The supervisor's command: a fixed dispatcher with an allow-list of tube -> worker.
+CMD = "exec " + shlex.quote(str(ROOT / "examples" / "dispatch.sh"))
 # (tube = worker file, payload, ttr, what should become of it)
 JOBS = [
     ("hello.sh", b"Alice", 30, Outcome.DELETED),
@@ -86,9 +88,6 @@ def first_line(r: JobResult) -> str:
 
 def main() -> int:
     configure_logging("text", "INFO")
-    # The supervisor's --cmd picks the worker by tube name; brokers hand their environment,
-    # including this variable, to every job.
-    os.environ["DEMO_WORKERS"] = str(WORKERS)
     with EmbeddedServer("127.0.0.1", 0) as server:
         host, port = server.address
         expected: dict[int, tuple[str, Outcome]] = {}
@@ -101,13 +100,13 @@ def main() -> int:
 
         results = Results(set(expected))
         config = Config(
-            cmd='exec "$DEMO_WORKERS/$CMDSTALK_TUBE"',
+            cmd=CMD,
             host=host,
             port=port,
             all_tubes=True,
             per_tube=2,
             discover_interval=0.2,
-            bury_exit_codes=frozenset({65}),
+            bury_exit_codes=frozenset({65, 78}),
         )
         supervisor = Supervisor(config, results)
         started = time.monotonic()

@@ -12,6 +12,8 @@ Modules:
 - ``pipeline``: ``Client``, a small blocking client that can send the next reserve along
   with a job's final command (the broker), and whose raw reads and writes serve callers
   that pipeline many commands (the Spark putter and dead-letter export);
+- ``outage``: ``OutageReporter``, one warning (with a hint) per server outage, shared by
+  every connection to that server;
 - ``connection``: ``HealingConnection``, a ``Client`` that reconnects with backoff
   (tenacity) and restores its use/watch state.
 

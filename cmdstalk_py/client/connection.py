@@ -2,15 +2,16 @@
 
 Every broker and the dispatcher own one. ``client()`` hands out a connected
 ``pipeline.Client``, (re)connecting first when needed: exponential backoff with jitter,
-capped, each failed attempt logged with the address, until it works or the stop event is
-set (then ``Stopped``). Callers report a broken connection with ``drop()``; the next ``client()``
-connects afresh. Connection errors never escape as anything but ``Stopped``.
+capped, until it works or the stop event is set (then ``Stopped``). Failures and
+recoveries are reported through an ``OutageReporter`` the owner may share between all its
+connections to one server, so an outage is one warning, not one per connection per
+attempt. Callers report a broken connection with ``drop()``; the next ``client()`` connects
+afresh. Connection errors never escape as anything but ``Stopped``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import socket
 import threading
 
@@ -18,13 +19,12 @@ import tenacity
 
 from cmdstalk_py.client.errors import CONNECTION_ERRORS
 from cmdstalk_py.client.names import format_address
+from cmdstalk_py.client.outage import OutageReporter
 from cmdstalk_py.client.pipeline import DEFAULT_TUBE, Client
 from cmdstalk_py.client.reader import set_io_timeout
 from cmdstalk_py.ops.observers import Observer
 
-__all__ = ["CONNECTION_ERRORS", "HealingConnection", "Stopped"]
-
-log = logging.getLogger("cmdstalk.connection")
+__all__ = ["CONNECTION_ERRORS", "HealingConnection", "OutageReporter", "Stopped"]
 
 
 class Stopped(Exception):
@@ -35,7 +35,8 @@ class HealingConnection:
     """A lazily (re)connected ``Client`` for one owner (``where``, e.g. ``mail:0``).
 
     ``watch``: the one tube to watch (``default`` is ignored unless it is that tube);
-    ``use``: the tube to use. Both are restored after every reconnect.
+    ``use``: the tube to use. Both are restored after every reconnect. ``outage``: the
+    reporter shared with the owner's other connections to this server (default: its own).
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class HealingConnection:
         io_timeout: float = 30.0,
         max_wait: float = 5.0,
         observer: Observer | None = None,
+        outage: OutageReporter | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -60,6 +62,7 @@ class HealingConnection:
         self._io_timeout = io_timeout
         self._max_wait = max_wait
         self._observer = observer or Observer()
+        self._outage = outage or OutageReporter(format_address(host, port))
         self._client: Client | None = None
         self._sock: socket.socket | None = None
         self._ever_connected = False
@@ -85,11 +88,9 @@ class HealingConnection:
             client = retrying(self._connect)
         except CONNECTION_ERRORS as e:  # only when the stop event ended the retries
             raise Stopped(str(e)) from e
+        self._outage.connected(self.where)
         if self._ever_connected:
-            log.info("%s: reconnected to %s", self.where, self.address)
             self._observer.reconnected(self.where, self.address)
-        else:
-            log.debug("%s: connected to %s", self.where, self.address)
         self._ever_connected = True
         self._client = client
         self.connected.set()
@@ -101,7 +102,7 @@ class HealingConnection:
     def _connect(self) -> Client:
         if self.stop.is_set():
             raise Stopped("stopping")
-        sock = socket.create_connection((self.host, self.port), timeout=self._io_timeout)
+        sock = self._open_socket()
         try:
             # Requests are small and answered one at a time: never let Nagle hold them.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -113,16 +114,47 @@ class HealingConnection:
             watch = self._watch if self._watch is not None else DEFAULT_TUBE
             use = self._use if self._use is not None else DEFAULT_TUBE
             client = Client(sock, use=use, watch=watch, io_timeout=self._io_timeout)
+            if use == DEFAULT_TUBE and watch == DEFAULT_TUBE:
+                # Nothing was asked yet: "connected" (and READY=1) means the server answers.
+                client.watch(DEFAULT_TUBE)
         except BaseException:
+            self._sock = None
             sock.close()
             raise
-        self._sock = sock
         return client
+
+    def _open_socket(self) -> socket.socket:
+        """``socket.create_connection``, except that ``abort()`` can cut it short.
+
+        The socket is published before ``connect``: shutting it down from another thread
+        ends a connect that waits on a host that drops our SYNs, and the wait for the
+        first replies, which a server that accepts but never answers makes as long as the
+        I/O timeout. Either would hold a stopping supervisor that long.
+        """
+        error: OSError = OSError(f"no address for {self.address}")
+        infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        for family, kind, proto, _, sockaddr in infos:
+            sock = socket.socket(family, kind, proto)
+            self._sock = sock
+            try:
+                if self.stop.is_set():  # stopped, maybe aborted, before the line above
+                    raise Stopped("stopping")
+                sock.settimeout(self._io_timeout)
+                sock.connect(sockaddr)
+                return sock
+            except BaseException as e:
+                self._sock = None
+                sock.close()
+                if not isinstance(e, OSError):
+                    raise
+                error = e
+        raise error
 
     def abort(self) -> None:
         """Cut the connection under a blocked call (from another thread): it fails at once.
 
-        The server sees the connection close and takes back any job reserved on it.
+        Also while (re)connecting, waiting for the replies to use and watch. The server sees
+        the connection close and takes back any job reserved on it.
         """
         sock = self._sock
         if sock is not None:
@@ -132,14 +164,7 @@ class HealingConnection:
     def _log_failure(self, state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning(
-            "%s: cannot connect to %s (%s); retrying in %.1fs (attempt %d)",
-            self.where,
-            self.address,
-            exc or "unknown error",
-            delay,
-            state.attempt_number,
-        )
+        self._outage.failed(self.where, exc or "unknown error", delay)
 
     def drop(self, reason: object = None) -> None:
         """Forget the current connection (it failed); the next ``client()`` reconnects."""
@@ -149,7 +174,7 @@ class HealingConnection:
         if client is None:
             return
         if reason is not None:
-            log.warning("%s: connection to %s lost: %s", self.where, self.address, reason)
+            self._outage.lost(self.where, reason)
         with contextlib.suppress(OSError):
             client.close()
 

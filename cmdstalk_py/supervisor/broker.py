@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from cmdstalk_py.client.connection import HealingConnection, Stopped
+from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import (
     CONNECTION_ERRORS,
     Buried,
@@ -44,6 +44,7 @@ from cmdstalk_py.process import (
     run_command,
 )
 from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.supervisor.cmdcheck import CommandCheck
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.jobenv import job_environment
 from cmdstalk_py.supervisor.joblog import JobLog
@@ -66,7 +67,8 @@ class Broker:
 
     ``stop`` ends reserving (``run`` may be given another event); ``kill`` makes a running
     command be stopped (TERM, grace, KILL) and its job released; ``kill_now`` does the same
-    with SIGKILL at once. ``budget`` is shared between brokers for ``--max-jobs``.
+    with SIGKILL at once. ``budget`` is shared between brokers for ``--max-jobs``, ``outage``
+    (connection failure reports) between all connections to the server.
     Usable standalone: ``Broker(config, "mail", 0).run(stop_event)``.
     """
 
@@ -82,6 +84,7 @@ class Broker:
         kill_now: threading.Event | None = None,
         budget: JobBudget | None = None,
         environ: Mapping[str, str] | None = None,
+        outage: OutageReporter | None = None,
     ) -> None:
         self.config = config
         self.tube = tube
@@ -95,6 +98,7 @@ class Broker:
         self._argv = config.argv()
         self._env = dict(os.environ if environ is None else environ)
         self._joblog = JobLog(tube, slot, self._observer)
+        self._cmdcheck = CommandCheck(self.where, {"tube": tube, "slot": slot})
         self.connection = HealingConnection(
             config.host,
             config.port,
@@ -104,6 +108,7 @@ class Broker:
             io_timeout=config.io_timeout,
             max_wait=config.reconnect_max_wait,
             observer=self._observer,
+            outage=outage,
         )
         self._idle_since = time.monotonic()
         # interrupt() may cut a reserve short, never a job: the flag says which one we are in.
@@ -262,13 +267,16 @@ class Broker:
             self._budget.give_back()
 
     def interrupt(self) -> None:
-        """Wake a broker blocked in reserve so it sees the stop event now, not within the
-        reserve timeout. A broker running a job is left alone. Thread-safe.
+        """Wake a broker blocked in reserve, or (re)connecting to a server that does not
+        answer, so it sees the stop event now. A broker running a job is left alone.
+        Thread-safe.
         """
         with self._reserve_lock:
             if self._in_reserve:
                 self._interrupted = True
                 self.connection.abort()
+            elif not self.connection.connected.is_set():
+                self.connection.abort()  # it holds no job: nothing to hand back
 
     # -- one job --------------------------------------------------------------------------
 
@@ -304,6 +312,7 @@ class Broker:
             )  # fmt: skip
         else:
             proc = self._run(job, stats, reserved_at)
+            self._cmdcheck.check(job.id, proc)
             decision = self._decide(proc, releases)
             error = proc.spawn_error
         if prefetch and decision.command != "none":

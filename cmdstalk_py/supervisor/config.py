@@ -7,6 +7,7 @@ a ``Config``, so every default lives here and nowhere else.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -48,6 +49,14 @@ class Config:
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
     batch_scheduling: bool = False  # opt-in: a single broker under SCHED_BATCH (process/sched.py)
 
+    def __post_init__(self) -> None:
+        # The command lines bound every number (``numbers``); a Config built in code must
+        # at least not carry nan or inf, which turn every comparison with a deadline false.
+        for name in _SECONDS:
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, not {value!r}")
+
     @property
     def address(self) -> str:
         """``host:port`` as given on the command line (IPv6 hosts in brackets)."""
@@ -61,6 +70,17 @@ class Config:
     def argv(self) -> list[str]:
         """The argv a job runs: the shell words followed by the command (Go: bash -c CMD)."""
         return [*self.shell, self.cmd]
+
+
+_SECONDS = (
+    "discover_interval",
+    "backoff_exponent",
+    "kill_grace",
+    "ttr_margin",
+    "shutdown_timeout",
+    "io_timeout",
+    "reconnect_max_wait",
+)
 
 
 def parse_tubes(values: Iterable[str]) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from cmdstalk_py.client.connection import HealingConnection, Stopped
+from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import CONNECTION_ERRORS
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.broker import Broker
@@ -48,6 +48,18 @@ class Dispatcher:
         self._initial: list[Broker] = []
         self._discovered = threading.Event()  # the first tube list is known
         self._discovery: threading.Thread | None = None
+        # Every connection to the server reports through it: one warning per outage.
+        self._outage = OutageReporter(config.address)
+        self._discovery_conn = HealingConnection(
+            config.host,
+            config.port,
+            where="dispatcher",
+            stop=stop,
+            io_timeout=config.io_timeout,
+            max_wait=config.reconnect_max_wait,
+            observer=observer,
+            outage=self._outage,
+        )
 
     def start(self) -> None:
         """Start the brokers for ``--tubes``, or the discovery thread for ``--all``."""
@@ -79,7 +91,8 @@ class Dispatcher:
         return all(b.connection.connected.is_set() for b in initial)
 
     def interrupt_idle(self) -> None:
-        """Cut short the reserves of idle brokers (after ``stop`` was set)."""
+        """Cut short the reserves of idle brokers and discovery (after ``stop`` was set)."""
+        self._discovery_conn.abort()  # holds no job; may wait on a server that is silent
         for broker in self.brokers():
             broker.interrupt()
 
@@ -117,6 +130,7 @@ class Dispatcher:
                     kill=self._kill,
                     kill_now=self._kill_now,
                     budget=self._budget,
+                    outage=self._outage,
                 )
                 thread = threading.Thread(
                     target=broker.run, name=f"cmdstalk-{broker.where}", daemon=True
@@ -129,15 +143,7 @@ class Dispatcher:
         return [b for b, _ in started]
 
     def _discover_loop(self) -> None:
-        conn = HealingConnection(
-            self.config.host,
-            self.config.port,
-            where="dispatcher",
-            stop=self._stop,
-            io_timeout=self.config.io_timeout,
-            max_wait=self.config.reconnect_max_wait,
-            observer=self._observer,
-        )
+        conn = self._discovery_conn
         try:
             while not self._stop.is_set() and not self._budget.spent:
                 try:

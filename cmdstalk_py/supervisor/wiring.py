@@ -3,12 +3,14 @@
 ``run_supervisor(config, extras)`` is what ``cmdstalk`` runs once its arguments are parsed: it sets
 up logging, the event log (reopened on SIGHUP), metrics and systemd notification as
 observers, starts the bundled server for ``--embedded``, and runs a ``Supervisor`` until it
-stops. Bad ``--events`` / ``--metrics`` values become click usage errors (exit 2).
+stops. Bad ``--events`` / ``--metrics`` values, and ``--metrics`` without the ``metrics``
+extra installed, become click usage errors (exit 2) before anything starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -47,6 +49,8 @@ class Extras:
 
 def run_supervisor(config: Config, extras: Extras) -> int:
     """Run the supervisor with logging, observers and (optionally) the embedded server."""
+    if extras.metrics is not None:
+        require_extra("prometheus_client", "metrics", "--metrics")
     configure_logging(extras.log_format, extras.log_level)
     lean_records()
     observers = Observers()
@@ -93,6 +97,22 @@ def run_supervisor(config: Config, extras: Extras) -> int:
             config.cmd,
         )
         return supervisor.run()
+
+
+def require_extra(module: str, extra: str, option: str) -> None:
+    """A usage error naming the extra to install when ``option`` needs a missing ``module``.
+
+    Checked before anything starts: a service whose environment asks for metrics without
+    the extra must fail once, clearly, not crash-loop with a traceback.
+    """
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise click.BadParameter(
+            f"needs the {extra} extra ({module} is not installed): "
+            f"pip install 'cmdstalk-py[{extra}]' (from a checkout: pip install '.[{extra}]')",
+            param_hint=option,
+        ) from None
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from typing import Any
 import greenstalk
 import pytest
 
-from cmdstalk_py.client.connection import HealingConnection
+from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import (
     CONNECTION_ERRORS,
     BeanstalkdError,
@@ -29,7 +29,7 @@ from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.client.reader import Reader, set_io_timeout
 from cmdstalk_py.client.replies import parse_stats
 from cmdstalk_py.ops.observers import Observer
-from tests.helpers import BeanstalkServer, running_beanstalkd
+from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until
 
 
 def test_reader_splits_lines_and_bodies_whatever_the_segments() -> None:
@@ -128,20 +128,71 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
     assert 0.25 <= waited < 5
 
 
+class Recorder(OutageReporter):
+    """The real reporter, also keeping what each failed attempt raised."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.errors: list[object] = []
+
+    def failed(self, where: str, error: object, retry_in: float) -> None:
+        self.errors.append(error)
+        super().failed(where, error, retry_in)
+
+
 def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
     with silent_server() as (host, port):
+        stop = threading.Event()
+        outage = Recorder(f"{host}:{port}")
         connection = HealingConnection(
-            host, port, where="t:0", stop=threading.Event(), io_timeout=0.3
+            host, port, where="t:0", stop=stop, io_timeout=0.3, outage=outage
         )
-        client = connection.client()  # default tubes: nothing to send while connecting
+        # Even on the default tubes connecting asks the server something (READY=1 means
+        # it answers): a silent server fails each attempt after the I/O timeout.
+        done: list[BaseException] = []
+        thread = threading.Thread(target=lambda: _client_or_error(connection, done))
+        thread.start()
         try:
-            with pytest.raises(TimeoutError) as raised:
-                client.tubes()
+            wait_until(lambda: outage.errors, 10, message="a failed attempt")
         finally:
+            stop.set()
+            connection.abort()
+            thread.join(10)
             connection.close()
+        assert done and isinstance(done[0], Stopped)
     # The kernel's timeout, not a Python-level one (that one says "timed out").
-    assert str(raised.value) == "no reply from the server in 0.3s"
+    assert isinstance(outage.errors[0], TimeoutError)
+    assert str(outage.errors[0]) == "no reply from the server in 0.3s"
 
+
+def test_abort_cuts_a_connection_waiting_for_its_first_replies() -> None:
+    with silent_server() as (host, port):
+        stop = threading.Event()
+        connection = HealingConnection(host, port, where="t:0", stop=stop, watch="t")
+        done: list[BaseException] = []
+        thread = threading.Thread(target=lambda: _client_or_error(connection, done))
+        thread.start()
+        try:
+            wait_until(lambda: connection._sock is not None, 10, message="a connection")
+            started = time.monotonic()
+            stop.set()
+            connection.abort()
+            thread.join(10)
+            # The I/O timeout is 30 s: only the abort ends the wait for "watch"'s reply.
+            assert time.monotonic() - started < 5
+        finally:
+            stop.set()
+            connection.abort()
+            thread.join(10)
+            connection.close()
+        assert done and isinstance(done[0], Stopped)
+
+
+def _client_or_error(connection: HealingConnection, done: list[BaseException]) -> None:
+    try:
+        connection.client()
+    except BaseException as e:
+        done.append(e)
 
 
 # -- parse_stats: greenstalk's result on both servers' replies ------------------------------

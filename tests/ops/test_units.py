@@ -207,3 +207,10 @@ def test_supervisord_commands_run(
     assert out.returncode == 0, out.stderr
     server_argv = programs["cmdstalk-server"].command.split()  # type: ignore[attr-defined]
     assert start_server(server_argv, server_proc, port), "the [program:cmdstalk-server] command"
+
+
+def test_env_example_starts_without_optional_extras() -> None:
+    """As shipped, the example must not ask for an extra (a unit without it would crash-loop)."""
+    env = read_env_file(ENV_EXAMPLE)
+    assert "CMDSTALK_METRICS" not in env
+    assert "#CMDSTALK_METRICS=" in ENV_EXAMPLE.read_text()  # still shown, commented out

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from typing import Any
+
 import pytest
 
 from cmdstalk_py.supervisor.config import (
@@ -64,3 +68,12 @@ def test_config_argv_and_address() -> None:
     assert c.argv() == ["/bin/bash", "-c", "tr a-z A-Z"]
     assert c.address == "127.0.0.1:11300"
     assert Config(cmd="x", host="::1", port=5).address == "[::1]:5"
+
+
+@pytest.mark.parametrize("name", ["kill_grace", "backoff_exponent", "discover_interval",
+                                  "ttr_margin", "shutdown_timeout"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_config_built_in_code_refuses_non_finite_numbers(name: str, value: float) -> None:
+    with pytest.raises(ValueError, match=name):
+        changes: dict[str, Any] = {name: value}
+        dataclasses.replace(Config(cmd="cat"), **changes)

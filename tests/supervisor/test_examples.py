@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import subprocess
 import sys
@@ -148,3 +149,50 @@ def test_binlog_needs_embedded() -> None:
         "Error: Invalid value for --binlog: only the --embedded server has a binlog; "
         "give --embedded too"
     ]
+
+
+def _demo_command() -> str:
+    """The ``--cmd`` the quick start (examples/demo.py, README) runs jobs with."""
+    spec = importlib.util.spec_from_file_location("demo", REPO / "examples" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    command: str = demo.CMD
+    return command
+
+
+def test_no_tube_name_or_payload_chooses_what_the_examples_run(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    """A producer owns the tube name and the payload: neither may pick the program."""
+    traversal, substituted = tmp_path / "traversal", tmp_path / "substituted"
+    hostile = {
+        # The README's old pattern (exec examples/workers/"$CMDSTALK_TUBE") ran this as
+        # Python, with the payload as its script.
+        "../../../../usr/bin/python3": f"open({str(traversal)!r}, 'w').write('ran')",
+        # The same from any depth: above / is still /.
+        "../" * 16 + "usr/bin/python3": f"open({str(traversal)!r}, 'w').write('ran')",
+        f"$(touch$IFS{substituted})": "x",
+    }
+    producer = beanstalk.client()
+    ids = {}
+    for tube, payload in [("hello.sh", "Alice"), *hostile.items()]:
+        producer.use(tube)
+        ids[producer.put(payload)] = tube
+    events = tmp_path / "events.jsonl"
+    proc = start_cmdstalk(
+        "--address", beanstalk.address, "--all", "--discover-interval", "0.1",
+        "--bury-exit-codes", "65,78", "--cmd", _demo_command(), "--events", str(events),
+        cwd=str(tmp_path), stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(read_events(events)) >= 4, 20, message="four job results")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    outcomes = {ids[r["job_id"]]: (r["outcome"], r["exit_code"]) for r in read_events(events)}
+    assert outcomes == {
+        "hello.sh": ("deleted", 0),
+        **{tube: ("buried", 78) for tube in hostile},
+    }
+    assert not traversal.exists() and not substituted.exists()

@@ -1,0 +1,49 @@
+"""The bounds of every numeric option, and the click types that enforce them.
+
+``float()`` accepts ``nan`` and ``inf``, and click's ``FloatRange`` lets ``nan`` through
+(every comparison with it is false). A ``nan`` grace kills each job at once and releases it
+unrun, an infinite exponent turns every backoff into one second forever, a ``nan`` discovery
+interval stops discovery, and an exponent of ``1e6`` overflows the first delay. So every
+numeric option has a finite type and an upper bound a real deployment never reaches; a value
+outside is one ``Error:`` line and exit status 2, from a flag or from ``CMDSTALK_*`` alike.
+``cmdstalk-spark drain`` takes the same options and may use the same types.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+# beanstalkd's delays, TTRs and sizes are 32-bit: nothing we wait for lasts longer.
+MAX_U32 = 2**32 - 1
+HOUR = 3600.0
+
+# Go's releases**4 reaches beanstalkd's 32-bit delay cap after ~256 releases; an exponent of
+# 10 does after ~9. Larger ones only bury sooner at a one-second first step, or overflow.
+MAX_BACKOFF_EXPONENT = 10.0
+# One thread and one connection per broker: beyond this a typo, not a plan.
+MAX_PER_TUBE = 1000
+
+
+class FiniteRange(click.FloatRange):
+    """A ``FloatRange`` that also rejects ``nan`` (and, being bounded, ``inf``)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+def seconds(low: float = 0.0, high: float = HOUR) -> FiniteRange:
+    """A duration in seconds between ``low`` and ``high`` (inclusive)."""
+    return FiniteRange(min=low, max=high)
+
+
+def count(low: int = 1, high: int = MAX_U32) -> click.IntRange:
+    """A whole number between ``low`` and ``high`` (inclusive)."""
+    return click.IntRange(min=low, max=high)

@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(SUM)
+# The demo needs the package alone, not the dev, Spark and metrics stacks (~1 GB).
+BASE   := $(VENV)/.base-$(SUM)
 EXTRAS ?= dev,spark,metrics
 
 # Tests run in parallel, one pytest-xdist worker per core; tests carrying the same
@@ -16,7 +19,13 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[$(EXTRAS)]'
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.installed-* $(VENV)/.base-*
+	touch $@ $(BASE)
+
+$(BASE): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e .
+	rm -f $(VENV)/.base-*
 	touch $@
 
 # The whole suite: lint, types, every test including the slow drills.
@@ -34,7 +43,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy --strict tests
 
 # The quick start: bundled server in-process, example jobs, the supervisor until all are done.
-demo: $(STAMP)
+demo: $(BASE)
 	$(PY) examples/demo.py
 
 # Benchmarks against the real beanstalkd, measured in the same run (see benchmarks/README.md).

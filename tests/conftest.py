@@ -7,7 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
+from tests.helpers import (
+    BeanstalkdNotFound,
+    BeanstalkServer,
+    beanstalkd_path,
+    running_beanstalkd,
+)
 
 # The same test runs against the real beanstalkd and the bundled server, so every
 # behaviour is checked against the reference. The bundled one joins once it exists.
@@ -34,11 +39,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not _needs_spark(item))  # stable: the rest keeps its order
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """A test (or fixture) that starts the real beanstalkd where there is none is skipped
+    with the reason, as README promises, whichever helper it used to start it."""
+    try:
+        yield
+    except BeanstalkdNotFound as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    try:
+        yield
+    except BeanstalkdNotFound as exc:
+        pytest.skip(str(exc))
+
+
 @pytest.fixture
 def real_beanstalkd() -> Iterator[BeanstalkServer]:
     """The Debian beanstalkd binary on 127.0.0.1 and a free port."""
     if beanstalkd_path() is None:
-        pytest.skip("beanstalkd not found: install Debian's beanstalkd or set BEANSTALKD_PATH")
+        pytest.skip(str(BeanstalkdNotFound()))
     with running_beanstalkd() as server:
         yield server
 

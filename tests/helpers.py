@@ -141,6 +141,15 @@ class BeanstalkServer:
         self._clients.clear()
 
 
+class BeanstalkdNotFound(RuntimeError):
+    """The real beanstalkd is not installed: tests that need it are skipped (conftest)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "beanstalkd not found: install Debian's beanstalkd or set BEANSTALKD_PATH"
+        )
+
+
 def beanstalkd_path() -> str | None:
     """The real beanstalkd binary: ``$BEANSTALKD_PATH``, else the one on PATH."""
     return os.environ.get("BEANSTALKD_PATH") or shutil.which("beanstalkd")
@@ -238,7 +247,7 @@ def running_beanstalkd(*extra_args: str, port: int | None = None) -> Iterator[Be
     """Start the real beanstalkd on 127.0.0.1, wait until it accepts, stop it in finally."""
     binary = beanstalkd_path()
     if binary is None:
-        raise RuntimeError("beanstalkd binary not found (set BEANSTALKD_PATH)")
+        raise BeanstalkdNotFound()
     process = start_server_process(
         lambda p: [binary, "-l", "127.0.0.1", "-p", str(p), *extra_args], port=port, timeout=5
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from tests.helpers import beanstalkd_path, free_port, wait_until
+from tests.helpers import BeanstalkdNotFound, beanstalkd_path, free_port, wait_until
 
 DEFAULT_MAX_JOB_SIZE = 65535
 
@@ -64,7 +64,7 @@ def real_beanstalkd(max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Iterator[Target
     """The real binary on 127.0.0.1:<free port>; stopped (TERM, then KILL) on exit."""
     binary = beanstalkd_path()
     if binary is None:
-        raise RuntimeError("beanstalkd binary not found (set BEANSTALKD_PATH)")
+        raise BeanstalkdNotFound()
     # beanstalkd cannot be told to bind port 0 and report it, so pick a free port and
     # retry if someone else takes it first.
 

@@ -140,6 +140,8 @@ class Framer:
             buf = self._buf
             pos = self._pos
             n = len(buf)
+            if pos == n and not self._more:
+                return  # the common end of a batch: everything read was complete
             end = pos + _WINDOW
             if end > n:
                 end = n

@@ -65,6 +65,8 @@ _LONG_LINE = Mode.LONG_LINE
 _Put = Put
 _Rejected = Rejected
 _parse = parse_command
+#: Builds the event tuples without the NamedTuple constructor's Python frame.
+_new = tuple.__new__
 
 
 class Framer:
@@ -76,6 +78,7 @@ class Framer:
         "_more",
         "_more_len",
         "_need",
+        "_pass",
         "_pos",
         "eof",
         "max_job_size",
@@ -98,6 +101,8 @@ class Framer:
         self._need = 0
         # The line that announced the current data chunk.
         self._announced: Put | Rejected | None = None
+        # The pass of events() that next_event() pulls from.
+        self._pass: Iterator[Event] = self.events()
 
     @property
     def buffered(self) -> int:
@@ -117,7 +122,12 @@ class Framer:
 
     def next_event(self) -> Event | None:
         """The next complete event, or None when it needs more input."""
-        return next(self.events(), None)
+        # One pass of events() kept between calls: it reads the framer's fields afresh
+        # after every yield, so input received in between is seen.
+        event = next(self._pass, None)
+        if event is None:
+            self._pass = self.events()
+        return event
 
     def events(self) -> Iterator[Event]:
         """The complete events in the input, in order, until more input is needed.
@@ -216,7 +226,7 @@ class Framer:
                 buf = self._buf
                 pos = 0
             self._pos = pos + need
-            event: Event = PutBody(announced, buf[pos : pos + need])  # type: ignore[arg-type]
+            event: Event = _new(PutBody, (announced, buf[pos : pos + need]))
         else:
             self._need = need = need - self._drop(need)
             if need:

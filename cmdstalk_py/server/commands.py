@@ -72,10 +72,6 @@ def reserved(r: Result) -> bytes:
     return OUTCOME_REPLIES[r]
 
 
-def _done(r: Result, reply: bytes) -> bytes:
-    return reply if isinstance(r, Job) else OUTCOME_REPLIES[r]
-
-
 def _reserve(e: Engine, s: Session, cmd: p.Reserve, now: float) -> bytes | None:
     e.counters["reserve-with-timeout" if cmd.with_timeout else "reserve"] += 1
     r = e.reserve(s, cmd.timeout, now)
@@ -88,22 +84,26 @@ def _reserve_job(e: Engine, s: Session, cmd: p.ReserveJob, now: float) -> bytes 
 
 def _delete(e: Engine, s: Session, cmd: p.Delete, now: float) -> bytes | None:
     e.counters["delete"] += 1
-    return _done(e.delete(s, cmd.id), p.DELETED)
+    r = e.delete(s, cmd.id)
+    return p.DELETED if isinstance(r, Job) else OUTCOME_REPLIES[r]
 
 
 def _release(e: Engine, s: Session, cmd: p.Release, now: float) -> bytes | None:
     e.counters["release"] += 1
-    return _done(e.release(s, cmd.id, cmd.pri, cmd.delay, now), p.RELEASED)
+    r = e.release(s, cmd.id, cmd.pri, cmd.delay, now)
+    return p.RELEASED if isinstance(r, Job) else OUTCOME_REPLIES[r]
 
 
 def _bury(e: Engine, s: Session, cmd: p.Bury, now: float) -> bytes | None:
     e.counters["bury"] += 1
-    return _done(e.bury(s, cmd.id, cmd.pri), p.BURIED)
+    r = e.bury(s, cmd.id, cmd.pri)
+    return p.BURIED if isinstance(r, Job) else OUTCOME_REPLIES[r]
 
 
 def _touch(e: Engine, s: Session, cmd: p.Touch, now: float) -> bytes | None:
     e.counters["touch"] += 1
-    return _done(e.touch(s, cmd.id, now), p.TOUCHED)
+    r = e.touch(s, cmd.id, now)
+    return p.TOUCHED if isinstance(r, Job) else OUTCOME_REPLIES[r]
 
 
 def _kick(e: Engine, s: Session, cmd: p.Kick, now: float) -> bytes | None:
@@ -112,7 +112,8 @@ def _kick(e: Engine, s: Session, cmd: p.Kick, now: float) -> bytes | None:
 
 
 def _kick_job(e: Engine, s: Session, cmd: p.KickJob, now: float) -> bytes | None:
-    return _done(e.kick_job(cmd.id, now), p.KICKED)
+    r = e.kick_job(cmd.id, now)
+    return p.KICKED if isinstance(r, Job) else OUTCOME_REPLIES[r]
 
 
 def _use(e: Engine, s: Session, cmd: p.Use, now: float) -> bytes | None:

@@ -185,7 +185,9 @@ class Engine:
         ``timeout`` -1 waits for ever, 0 not at all. Without a job at hand: DEADLINE_SOON,
         TIMED_OUT, or WAITING (the answer comes later through :meth:`take_deliveries`).
         """
-        self._worker(s)
+        if not s.worker:
+            s.worker = True
+            self.workers += 1
         t = best_ready(s.watch)
         if t is not None:
             return self._serve(s, t, now)

@@ -20,6 +20,7 @@ that announced a data chunk, :class:`PutBody` or :class:`BodySkipped` once it is
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE, LINE_LIMIT
@@ -57,9 +58,15 @@ Event = Command | PutBody | BodySkipped
 LINE_TOO_LONG = REJECT_BAD_FORMAT
 
 _WINDOW = LINE_LIMIT
+_LINE = Mode.LINE
+_BODY = Mode.BODY
+_SKIP = Mode.SKIP
+_LONG_LINE = Mode.LONG_LINE
 _Put = Put
 _Rejected = Rejected
 _parse = parse_command
+#: Builds the event tuples without the NamedTuple constructor's Python frame.
+_new = tuple.__new__
 
 
 class Framer:
@@ -71,6 +78,7 @@ class Framer:
         "_more",
         "_more_len",
         "_need",
+        "_pass",
         "_pos",
         "eof",
         "max_job_size",
@@ -93,6 +101,8 @@ class Framer:
         self._need = 0
         # The line that announced the current data chunk.
         self._announced: Put | Rejected | None = None
+        # The pass of events() that next_event() pulls from.
+        self._pass: Iterator[Event] = self.events()
 
     @property
     def buffered(self) -> int:
@@ -112,32 +122,64 @@ class Framer:
 
     def next_event(self) -> Event | None:
         """The next complete event, or None when it needs more input."""
-        if self.mode is not Mode.LINE:
-            return self._long_line() if self.mode is Mode.LONG_LINE else self._chunk()
-        buf = self._buf
-        pos = self._pos
-        n = len(buf)
-        end = pos + _WINDOW
-        if end > n:
-            end = n
-        i = buf.find(b"\r", pos, end - 1)
-        if i < 0 or buf[i + 1] != 10:
-            if end - pos < _WINDOW:
-                return self.next_event() if self._join() else None
-            # A full window without a line end: drop it, then discard up to a CRLF.
-            self._pos = end
-            # LINE -> LONG_LINE
-            self.mode = Mode.LONG_LINE
-            return self._long_line()
-        cmd = _parse(buf[pos:i], self.max_job_size)
-        self._pos = i + 2
-        if type(cmd) is _Put:
-            # LINE -> BODY
-            self._announce(cmd, Mode.BODY, cmd.size + 2)
-        elif type(cmd) is _Rejected and cmd.skip:
-            # LINE -> SKIP
-            self._announce(cmd, Mode.SKIP, cmd.skip)
-        return cmd
+        # One pass of events() kept between calls: it reads the framer's fields afresh
+        # after every yield, so input received in between is seen.
+        event = next(self._pass, None)
+        if event is None:
+            self._pass = self.events()
+        return event
+
+    def events(self) -> Iterator[Event]:
+        """The complete events in the input, in order, until more input is needed.
+
+        The caller may stop pulling at any event (a blocked reserve, ``quit``, output
+        backing up): everything after the last event pulled stays unread here. One
+        iteration per command instead of one method call per command is what keeps a
+        pipelined batch cheap; the framer's fields are up to date at every ``yield``.
+        """
+        parse = _parse
+        max_job_size = self.max_job_size
+        while True:
+            mode = self.mode
+            if mode is not _LINE:
+                event = self._long_line() if mode is _LONG_LINE else self._chunk()
+                if event is None:
+                    return
+                yield event
+                continue
+            buf = self._buf
+            pos = self._pos
+            n = len(buf)
+            if pos == n and not self._more:
+                return  # the common end of a batch: everything read was complete
+            end = pos + _WINDOW
+            if end > n:
+                end = n
+            i = buf.find(b"\r", pos, end - 1)
+            if i < 0 or buf[i + 1] != 10:
+                if end - pos < _WINDOW:
+                    if self._join():
+                        continue
+                    return
+                # A full window without a line end: drop it, then discard up to a CRLF.
+                self._pos = end
+                # LINE -> LONG_LINE
+                self.mode = _LONG_LINE
+                continue
+            cmd = parse(buf[pos:i], max_job_size)
+            self._pos = i + 2
+            kind = type(cmd)
+            if kind is _Put:
+                # LINE -> BODY
+                self._announced = cmd  # type: ignore[assignment]
+                self._need = cmd.size + 2  # type: ignore[union-attr]
+                self.mode = _BODY
+            elif kind is _Rejected and cmd.skip:  # type: ignore[union-attr]
+                # LINE -> SKIP
+                self._announced = cmd  # type: ignore[assignment]
+                self._need = cmd.skip  # type: ignore[union-attr]
+                self.mode = _SKIP
+            yield cmd
 
     # ---------------------------------------------------------------- lines past the window
 
@@ -150,7 +192,7 @@ class Framer:
             if i >= 0 and buf[i + 1] == 10:
                 self._pos = i + 2
                 # LONG_LINE -> LINE
-                self.mode = Mode.LINE
+                self.mode = _LINE
                 return LINE_TOO_LONG
             if end - pos < _WINDOW:
                 if not self._join():
@@ -170,34 +212,29 @@ class Framer:
 
     # ---------------------------------------------------------------- data chunks
 
-    def _announce(self, cmd: Put | Rejected, mode: Mode, need: int) -> None:
-        self._announced = cmd
-        self._need = need
-        self.mode = mode
-
     def _chunk(self) -> Event | None:
         """The continuation after a line that announced a data chunk (BODY or SKIP)."""
         announced = self._announced
-        assert announced is not None
-        if self.mode is Mode.SKIP:
-            self._need -= self._drop(self._need)
-            if self._need:
-                return None
-            assert isinstance(announced, Rejected)
-            event: Event = BodySkipped(announced)
-        else:
-            assert isinstance(announced, Put)
-            need = self._need
-            if self.buffered < need:
-                return None
-            if len(self._buf) - self._pos < need:
-                self._join()
+        need = self._need
+        if self.mode is _BODY:
+            buf = self._buf
             pos = self._pos
+            if len(buf) - pos < need:
+                if len(buf) - pos + self._more_len < need:
+                    return None
+                self._join()
+                buf = self._buf
+                pos = 0
             self._pos = pos + need
-            event = PutBody(announced, self._buf[pos : pos + need])
+            event: Event = _new(PutBody, (announced, buf[pos : pos + need]))
+        else:
+            self._need = need = need - self._drop(need)
+            if need:
+                return None
+            event = BodySkipped(announced)  # type: ignore[arg-type]
         # BODY -> LINE, SKIP -> LINE
         self._announced = None
-        self.mode = Mode.LINE
+        self.mode = _LINE
         return event
 
     def _drop(self, count: int) -> int:

@@ -50,7 +50,9 @@ class ReadyQueue:
 
     def push(self, job: Job) -> None:
         """Add a job that just became ready."""
-        heappush(self.heap, ready_key(job))
+        pri = job.pri
+        # ready_key, written out: this runs once per job made ready.
+        heappush(self.heap, job.id if pri == 0 else (pri << 64) | job.id)
         self.live += 1
 
     def _clean_top(self) -> Job | None:
@@ -75,12 +77,16 @@ class ReadyQueue:
     def pop(self) -> Job:
         """Remove and return the next job (the queue must not be empty)."""
         heap = self.heap
+        jobs = self.jobs
         while True:
             key = heappop(heap)
-            job = self.jobs.get(key & _ID_MASK)
-            if job is not None and job.state is READY and ready_key(job) == key:
-                self.live -= 1
-                return job
+            job = jobs.get(key & _ID_MASK)
+            # A live entry: the job is still ready with this key (ready_key, written out).
+            if job is not None and job.state is READY:
+                pri = job.pri
+                if key == (job.id if pri == 0 else (pri << 64) | job.id):
+                    self.live -= 1
+                    return job
             self.stale -= 1
 
     def remove(self, job: Job) -> None:

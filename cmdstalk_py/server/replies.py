@@ -7,6 +7,11 @@ these bytes. Re-exported by :mod:`cmdstalk_py.server.protocol`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 CRLF = b"\r\n"
 
 # --------------------------------------------------------------------------------------
@@ -56,9 +61,8 @@ KICKED = REPLIES["KICKED"]
 PAUSED = REPLIES["PAUSED"]
 
 
-def render_inserted(job_id: int) -> bytes:
-    """``INSERTED <id>``."""
-    return b"INSERTED %d\r\n" % job_id
+#: ``INSERTED <id>``: the format's own ``%`` (no Python frame: one per put).
+render_inserted: Callable[[int], bytes] = b"INSERTED %d\r\n".__mod__
 
 
 def render_buried_id(job_id: int) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
+from itertools import islice, pairwise
 
 import pytest
 from hypothesis import given
@@ -126,6 +126,29 @@ def test_pulling_stops_and_resumes_anywhere() -> None:
         framer.receive_data(b"")  # the end of input changes nothing already received
     assert events == EXPECTED
     assert framer.eof
+
+
+def test_events_gives_every_complete_event_in_one_pass() -> None:
+    """``events()`` (what the connection iterates) gives the stream ``next_event`` does."""
+    for size in (1, 7, len(PIPELINE)):
+        framer = Framer(MAX_JOB_SIZE)
+        events: list[Event] = []
+        for i in range(0, len(PIPELINE), size):
+            framer.receive_data(PIPELINE[i : i + size])
+            events += framer.events()
+        assert events == EXPECTED, size
+        assert framer.buffered == 0, size
+
+
+def test_events_stopped_after_any_event_leaves_the_rest_unread() -> None:
+    """A connection stops pulling at a blocked reserve, ``quit`` or backed-up output:
+    the events it did not pull come out of the next pass, none lost, none twice."""
+    for taken in range(len(EXPECTED) + 1):
+        framer = Framer(MAX_JOB_SIZE)
+        framer.receive_data(PIPELINE)
+        first = list(islice(framer.events(), taken))
+        assert first == EXPECTED[:taken], taken
+        assert list(framer.events()) == EXPECTED[taken:], taken
 
 
 def test_modes_follow_the_announced_chunk() -> None:

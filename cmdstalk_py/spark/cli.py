@@ -89,6 +89,7 @@ def enqueue(
     """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
     from cmdstalk_py.spark.datasource import OVERRIDES, write_jobs
     from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.spark.writeresult import EnqueueFailed
 
     with _session(ctx, "enqueue") as spark, Progress(spark):
         reader = spark.read
@@ -106,8 +107,18 @@ def enqueue(
         if partitions:
             df = df.repartition(partitions)
         started = time.monotonic()
-        summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
+        try:
+            summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
+        except EnqueueFailed as exc:
+            for line in exc.summary.warnings():
+                click.echo(line, err=True)
+            raise click.ClickException(
+                f"enqueue failed: {exc}\nenqueued {exc.summary.rows} jobs to {address} "
+                "before the failure"
+            ) from exc
         elapsed = time.monotonic() - started
+    for line in summary.warnings():
+        click.echo(line, err=True)
     rate = summary.rows / elapsed if elapsed > 0 else 0.0
     per_tube = ", ".join(f"{t}: {n}" for t, n in sorted(summary.per_tube.items()))
     click.echo(

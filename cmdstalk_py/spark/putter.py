@@ -45,12 +45,20 @@ class PutFailed(Exception):
         partition: int | None,
         row: int | None,
         acknowledged: int,
+        unconfirmed: int = 0,
     ) -> None:
         super().__init__(message)
         self.reply = reply
         self.partition = partition
         self.row = row
         self.acknowledged = acknowledged
+        self.unconfirmed = unconfirmed  # sent, never answered: in the queue or not
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether trying the same rows again would fail the same way (an error reply or
+        an invalid row, as opposed to a connection that broke or could not be made)."""
+        return self.reply not in ("CONNECTION_LOST", "CONNECTION_REFUSED")
 
 
 @dataclass
@@ -248,13 +256,16 @@ class Putter:
 
     def _lost(self, exc: BaseException | None) -> NoReturn:
         detail = f": {exc}" if exc is not None else ""
+        sent = len(self._expect) - self._unsent
+        unconfirmed = sum(1 for i, e in enumerate(self._expect) if i < sent and e >= 0)
         raise PutFailed(
             f"{self._where()}: connection to beanstalkd at {self.address} lost{detail}; "
-            f"{self._acked} rows were acknowledged, later rows are unconfirmed",
+            f"{self._acked} rows were acknowledged, {unconfirmed} sent rows are unconfirmed",
             reply="CONNECTION_LOST",
             partition=self.partition,
             row=next((e for e in self._expect if e >= 0), None),
             acknowledged=self._acked,
+            unconfirmed=unconfirmed,
         ) from exc
 
     def _read_replies(self) -> None:

@@ -57,7 +57,7 @@ def main(ctx: click.Context, master: str) -> None:
     type=click.Choice(["parquet", "json", "csv"]),
     default="parquet",
     show_default=True,
-    help="Input format (json: one object per line; csv: with a header line).",
+    help="Input format (json: one object per line; csv: RFC 4180 with a header line).",
 )
 @click.option("--tube", default="default", show_default=True)
 @click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
@@ -87,23 +87,16 @@ def enqueue(
     partitions: int | None,
 ) -> None:
     """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
-    from cmdstalk_py.spark.datasource import OVERRIDES, write_jobs
+    from cmdstalk_py.spark.datasource import write_jobs
+    from cmdstalk_py.spark.inputs import InputError, read_jobs
     from cmdstalk_py.spark.progress import Progress
     from cmdstalk_py.spark.writeresult import EnqueueFailed
 
     with _session(ctx, "enqueue") as spark, Progress(spark):
-        reader = spark.read
-        if fmt == "csv":
-            reader = reader.option("header", "true")
-        df = reader.format(fmt).load(input_path)
-        if body_column not in df.columns:
-            raise click.UsageError(f"no column {body_column!r} in {input_path}: {df.columns}")
-        cols = [df[body_column].alias("body")]
-        for name in (c for c in df.columns if c in OVERRIDES and c != body_column):
-            # CSV columns arrive as strings; the numeric overrides must be integers.
-            numeric = fmt == "csv" and name != "tube"
-            cols.append(df[name].cast("long").alias(name) if numeric else df[name])
-        df = df.select(*cols)
+        try:
+            df = read_jobs(spark, input_path, fmt, body_column)
+        except InputError as exc:
+            raise click.ClickException(f"{exc}; nothing was enqueued") from exc
         if partitions:
             df = df.repartition(partitions)
         started = time.monotonic()

@@ -160,11 +160,13 @@ def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -
     "--out", required=True, type=click.Path(dir_okay=False), help="Parquet file to write."
 )
 @click.option("--delete", is_flag=True, help="Delete the jobs once the file is safely on disk.")
-def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (refused otherwise).")
+def export_buried_cmd(address: str, tube: str, out: str, delete: bool, overwrite: bool) -> None:
     """Copy every buried job of TUBE (body, id, priority, stats) to a Parquet file.
 
     Jobs stay buried throughout (see the README on how the buried list is walked); with
-    --delete they are deleted only after the file is written, fsynced and in place.
+    --delete they are deleted only after the file is written, fsynced and in place. An
+    existing OUT is never replaced without --overwrite.
     """
     from cmdstalk_py.client.errors import BeanstalkdError
     from cmdstalk_py.spark.deadletters import ExportError, export_buried
@@ -173,7 +175,9 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
         click.echo(f"  {n} jobs exported...", err=True)
 
     try:
-        result = export_buried(address, tube, out, delete=delete, progress=progress)
+        result = export_buried(
+            address, tube, out, delete=delete, overwrite=overwrite, progress=progress
+        )
     except (ExportError, BeanstalkdError, OSError) as exc:
         raise click.ClickException(f"export failed, nothing deleted: {exc}") from exc
     click.echo(f"exported {result.jobs} buried jobs of tube {tube!r} to {result.path}")

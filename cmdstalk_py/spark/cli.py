@@ -19,6 +19,24 @@ if TYPE_CHECKING:
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 
 
+class _Main(click.Group):
+    """The command group: a failure is one line naming its cause; ``--debug`` the trace."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if isinstance(ctx.obj, dict) and ctx.obj.get("debug"):
+                raise
+            from cmdstalk_py.spark.errors import cause_line
+
+            raise click.ClickException(
+                f"{cause_line(exc)} ({type(exc).__name__}; --debug shows the trace)"
+            ) from exc
+
+
 @contextmanager
 def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
     from cmdstalk_py.spark.session import spark_session
@@ -29,11 +47,16 @@ def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
 
     if SparkSession.getActiveSession() is None:
         click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)
-    with spark_session(ctx.obj["master"], app_name=f"cmdstalk-spark {app}") as spark:
+    # Failures reach the user as one line from us; Spark's own log (its task failures with
+    # their JVM traces) only with --debug.
+    level = "WARN" if ctx.obj.get("debug") else "OFF"
+    with spark_session(
+        ctx.obj["master"], app_name=f"cmdstalk-spark {app}", log_level=level
+    ) as spark:
         yield spark
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version")
 @click.option(
     "--master",
@@ -42,11 +65,15 @@ def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
     envvar="CMDSTALK_SPARK_MASTER",
     help="Spark master URL (env CMDSTALK_SPARK_MASTER).",
 )
+@click.option(
+    "--debug", is_flag=True, help="On failure show the whole trace, and Spark's warnings."
+)
 @click.pass_context
-def main(ctx: click.Context, master: str) -> None:
+def main(ctx: click.Context, master: str, debug: bool) -> None:
     """cmdstalk on Spark: enqueue DataFrames, report on event logs, export dead letters."""
     ctx.ensure_object(dict)
     ctx.obj["master"] = master
+    ctx.obj["debug"] = debug
 
 
 @main.command()
@@ -87,11 +114,17 @@ def enqueue(
     partitions: int | None,
 ) -> None:
     """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
+    from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
     from cmdstalk_py.spark.datasource import write_jobs
     from cmdstalk_py.spark.inputs import InputError, read_jobs
     from cmdstalk_py.spark.progress import Progress
     from cmdstalk_py.spark.writeresult import EnqueueFailed
 
+    try:
+        tube_bytes(tube)
+        parse_address(address, DEFAULT_PORT)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     with _session(ctx, "enqueue") as spark, Progress(spark):
         try:
             df = read_jobs(spark, input_path, fmt, body_column)
@@ -105,10 +138,7 @@ def enqueue(
         except EnqueueFailed as exc:
             for line in exc.summary.warnings():
                 click.echo(line, err=True)
-            raise click.ClickException(
-                f"enqueue failed: {exc}\nenqueued {exc.summary.rows} jobs to {address} "
-                "before the failure"
-            ) from exc
+            raise click.ClickException(f"enqueue failed: {exc}") from exc
         elapsed = time.monotonic() - started
     for line in summary.warnings():
         click.echo(line, err=True)
@@ -194,12 +224,12 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool, overwrite
 @click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
     """Put the jobs of an export-buried file back into beanstalkd (body, priority, ttr)."""
-    from cmdstalk_py.spark.deadletters import requeue
+    from cmdstalk_py.spark.deadletters import ExportError, requeue
     from cmdstalk_py.spark.putter import PutFailed
 
     try:
         n = requeue(path, address, tube, delay=delay)
-    except PutFailed as exc:
+    except (PutFailed, ExportError, ValueError) as exc:
         raise click.ClickException(f"requeue failed: {exc}") from exc
     click.echo(f"requeued {n} jobs from {path} to {address}")
 

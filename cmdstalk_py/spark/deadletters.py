@@ -275,6 +275,17 @@ def export_buried(
     return result
 
 
+def _export_file(path: str | Path) -> pq.ParquetFile:
+    try:
+        table_file = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ExportError(f"{path} is not an export-buried file: {exc}") from exc
+    missing = sorted({"tube", "body", "priority", "ttr"} - set(table_file.schema_arrow.names))
+    if missing:
+        raise ExportError(f"{path} is not an export-buried file: no column(s) {', '.join(missing)}")
+    return table_file
+
+
 def requeue(
     path: str | Path,
     address: str,
@@ -285,7 +296,7 @@ def requeue(
     """Put every job of an export file back (its body, priority and ttr; ``tube`` or the
     tube it came from). Returns the number of jobs put. At-least-once: if this fails part
     way, the error says how many were put; running it again puts those again."""
-    table_file = pq.ParquetFile(path)
+    table_file = _export_file(path)
     with Putter(address, tube or "default", partition=None, delay=delay) as put:
         for batch in table_file.iter_batches(columns=["tube", "body", "priority", "ttr"]):
             n = batch.num_rows

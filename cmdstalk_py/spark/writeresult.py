@@ -115,5 +115,5 @@ class EnqueueFailed(Exception):
         super().__init__(
             f"{first.error}"
             + (f" (and {more} more failed partition(s))" if more else "")
-            + f"; {summary.rows} jobs were enqueued in all, failed partitions were not retried"
+            + f"; enqueued {summary.rows} jobs in all (failed partitions are not retried)"
         )

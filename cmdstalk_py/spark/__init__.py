@@ -2,6 +2,11 @@
 
 Installed with the ``spark`` extra (pyspark, pyarrow, pandas, matplotlib) and imported only
 when used: nothing here is imported by the ``cmdstalk`` supervisor or ``cmdstalk-server``.
+The public API is importable from this package (``from cmdstalk_py.spark import enqueue``);
+each name loads its module, and pyspark, on first use, so ``cmdstalk-spark --help`` stays
+fast. Importing the package registers the ``beanstalkd`` data source on the active
+SparkSession, if there is one; ``register(spark)`` does it for a session started later
+(``spark_session`` and ``enqueue`` register it themselves).
 
 Modules:
 
@@ -20,3 +25,68 @@ Modules:
 - ``deadletters``: buried jobs to Parquet and back.
 - ``drain``: cmdstalk's own brokers run as Spark tasks, results as event-log rows.
 """
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cmdstalk_py.spark.datasource import (
+        enqueue,
+        enqueue_stream,
+        register,
+        with_idempotency_key,
+        write_jobs,
+    )
+    from cmdstalk_py.spark.deadletters import export_buried, requeue
+    from cmdstalk_py.spark.session import spark_session
+    from cmdstalk_py.spark.writeresult import EnqueueFailed, EnqueueSummary
+
+_API = {
+    "enqueue": "datasource",
+    "enqueue_stream": "datasource",
+    "register": "datasource",
+    "with_idempotency_key": "datasource",
+    "write_jobs": "datasource",
+    "export_buried": "deadletters",
+    "requeue": "deadletters",
+    "spark_session": "session",
+    "EnqueueFailed": "writeresult",
+    "EnqueueSummary": "writeresult",
+}
+__all__ = [
+    "EnqueueFailed",
+    "EnqueueSummary",
+    "enqueue",
+    "enqueue_stream",
+    "export_buried",
+    "register",
+    "requeue",
+    "spark_session",
+    "with_idempotency_key",
+    "write_jobs",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def _register_on_active_session() -> None:
+    # Only when the application already runs Spark: importing pyspark here would slow
+    # every command line that merely imports the package.
+    if "pyspark.sql" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        importlib.import_module(f"{__name__}.datasource").register(active)
+
+
+_register_on_active_session()

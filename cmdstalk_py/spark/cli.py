@@ -4,7 +4,6 @@ answers at once and a typo does not cost a JVM start."""
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -39,11 +38,9 @@ class _Main(click.Group):
 
 @contextmanager
 def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
-    from cmdstalk_py.spark.session import spark_session
-
-    # PySpark warns about pandas 3 on import; it works, and the warning is noise to users.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
+
+    from cmdstalk_py.spark.session import spark_session
 
     if SparkSession.getActiveSession() is None:
         click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)

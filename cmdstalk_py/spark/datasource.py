@@ -252,9 +252,23 @@ class BeanstalkdDataSource(DataSource):
         return BeanstalkdWriter(WriteOptions.parse(dict(self.options)))
 
 
+def _registered(spark: SparkSession) -> bool:
+    try:  # Spark's own registry; not a public API, so any surprise means "not known"
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(BeanstalkdDataSource.name()))
+    except Exception:
+        return False
+
+
 def register(spark: SparkSession) -> None:
-    """Make ``format("beanstalkd")`` available on ``spark``."""
-    spark.dataSource.register(BeanstalkdDataSource)
+    """Make ``format("beanstalkd")`` available on ``spark`` (again is harmless)."""
+    if _registered(spark):
+        return  # registering again would log a warning in the application's log
+    try:
+        spark.dataSource.register(BeanstalkdDataSource)
+    except Exception as exc:  # pyspark's AnalysisException: the name is already taken
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
 
 
 def write_jobs(

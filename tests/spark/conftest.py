@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """A local[2] session with private temp dirs, the beanstalkd data source registered."""
     from cmdstalk_py.spark.session import spark_session
 
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     with spark_session(
         "local[2]", "cmdstalk-tests", tmp_root=tmp_path_factory.mktemp("spark")
     ) as s:

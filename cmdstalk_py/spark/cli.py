@@ -40,36 +40,59 @@ class _Main(click.Group):
 def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
-    from cmdstalk_py.spark.session import spark_session
+    from cmdstalk_py.spark.session import resolve_master, spark_session
 
+    conf: dict[str, str] = ctx.obj["conf"]
+    master = resolve_master(ctx.obj["master"], conf)
     if SparkSession.getActiveSession() is None:
-        click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)
+        click.echo(f"starting Spark ({master})...", err=True)
     # Failures reach the user as one line from us; Spark's own log (its task failures with
     # their JVM traces) only with --debug.
     level = "WARN" if ctx.obj.get("debug") else "OFF"
     with spark_session(
-        ctx.obj["master"], app_name=f"cmdstalk-spark {app}", log_level=level
+        master, app_name=f"cmdstalk-spark {app}", log_level=level, conf=conf
     ) as spark:
         yield spark
+
+
+def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        conf[key.strip()] = value
+    return conf
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version")
 @click.option(
     "--master",
-    default="local[*]",
-    show_default=True,
     envvar="CMDSTALK_SPARK_MASTER",
-    help="Spark master URL (env CMDSTALK_SPARK_MASTER).",
+    help="Spark master URL (env CMDSTALK_SPARK_MASTER). Default: the master spark-submit "
+    "or --conf spark.master gives, else local[*].",
+)
+@click.option(
+    "--conf",
+    "conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting, as spark-submit's --conf. Repeatable.",
 )
 @click.option(
     "--debug", is_flag=True, help="On failure show the whole trace, and Spark's warnings."
 )
 @click.pass_context
-def main(ctx: click.Context, master: str, debug: bool) -> None:
-    """cmdstalk on Spark: enqueue DataFrames, report on event logs, export dead letters."""
+def main(ctx: click.Context, master: str | None, conf: tuple[str, ...], debug: bool) -> None:
+    """cmdstalk on Spark: enqueue DataFrames, report on event logs, export dead letters.
+
+    On a cluster, run it with spark-submit (the master and settings given there apply):
+    spark-submit --master spark://HOST:7077 .../cmdstalk_py/spark/cli.py enqueue ...
+    """
     ctx.ensure_object(dict)
     ctx.obj["master"] = master
+    ctx.obj["conf"] = _parse_conf(conf)
     ctx.obj["debug"] = debug
 
 
@@ -328,3 +351,7 @@ def drain_cmd(
             say=progress.step,
         )
     click.echo("\n".join(summary.lines()))
+
+
+if __name__ == "__main__":  # spark-submit runs this file: spark-submit ... cli.py enqueue ...
+    main()

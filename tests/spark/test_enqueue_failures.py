@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -46,3 +47,33 @@ def test_deterministic_error_is_not_retried_and_the_count_is_what_was_put(
         assert int(found.group(1)) == held, text
         assert 1500 <= held < 2000, text
         assert "Traceback" not in text and len(text.splitlines()) < 10, text
+
+
+def spark_submit() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-submit"
+
+
+@pytest.mark.slow
+def test_spark_submit_master_and_conf_win_over_the_default(tmp_path: Path) -> None:
+    import cmdstalk_py.spark.cli as cli
+
+    src = tmp_path / "jobs.json"
+    src.write_text('{"body": "a"}\n{"body": "b"}\n')
+    with running_beanstalkd() as server:
+        args = ["enqueue", str(src), "--format", "json", "--address", server.address]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        submitted = subprocess.run(
+            [str(spark_submit()), "--master", "local[1]", cli.__file__, *args],
+            capture_output=True, text=True, timeout=240, check=False, env=env,
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        # spark-submit passes the Python program's stderr on to its stdout
+        assert "starting Spark (local[1])" in submitted.stdout + submitted.stderr
+        by_conf = run_cli(
+            "--conf", "spark.master=local[1]", "--conf", "spark.ui.enabled=false", *args
+        )
+        assert by_conf.returncode == 0, by_conf.stdout + by_conf.stderr
+        assert "starting Spark (local[1])" in by_conf.stderr, by_conf.stderr
+        assert server.client().stats_tube("default")["total-jobs"] == 4

@@ -179,21 +179,29 @@ def enqueue(
     multiple=True,
     help="Event log files (JSON lines); globs allowed, quote them. Repeatable.",
 )
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Output directory; on a cluster, storage every machine shares at the same path.",
+)
 @click.option("--window", default="1h", show_default=True, help="Window length: 30s, 15m, 1h, 1d.")
 @click.pass_context
 def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -> None:
     """Per tube and window: jobs, jobs/s, outcome rates, duration percentiles, queue age,
     top failures. Writes Parquet, CSV and report.html with charts to OUT."""
     from cmdstalk_py.spark.progress import Progress
-    from cmdstalk_py.spark.report import build_report, parse_window
+    from cmdstalk_py.spark.report import ReportError, build_report, parse_window
 
     try:
         size = parse_window(window)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--window") from exc
     with _session(ctx, "report") as spark, Progress(spark) as progress:
-        files = build_report(spark, list(events), out, size, progress)
+        try:
+            files = build_report(spark, list(events), out, size, progress)
+        except ReportError as exc:
+            raise click.ClickException(str(exc)) from exc
         progress.step("done")
     click.echo(
         f"{files.events} events ({files.rejected} rejected), {files.tubes} tubes, "

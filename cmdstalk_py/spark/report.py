@@ -201,6 +201,23 @@ def _small_table(df: DataFrame) -> Any:
     return pd.DataFrame.from_records([r.asDict() for r in df.collect()], columns=df.columns)
 
 
+class ReportError(Exception):
+    """The report could not be written where the driver can read it."""
+
+
+def check_visible(dataset: Path, rows: int) -> None:
+    """ReportError unless the driver sees the Parquet files of ``dataset`` (when it has
+    rows). Executors write their part files to their own file systems: with a local path
+    on a cluster whose machines do not share it, the driver finds only ``_SUCCESS``."""
+    if rows and not any(dataset.rglob("*.parquet")):
+        raise ReportError(
+            f"the executors wrote {dataset} where this machine cannot see it (only "
+            f"{', '.join(sorted(p.name for p in dataset.iterdir())) or 'nothing'} is here): "
+            "on a cluster, --out must be storage every machine shares at the same path "
+            "(NFS, or a directory on a one-machine cluster)"
+        )
+
+
 def build_report(
     spark: SparkSession,
     events_paths: str | list[str],
@@ -218,7 +235,8 @@ def build_report(
     from cmdstalk_py.spark.charts import write_html
 
     say = progress.step if progress is not None else (lambda message: None)
-    out_dir = Path(out)
+    # Absolute: executors resolve a relative path against their own working directory.
+    out_dir = Path(out).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"reading event logs {events_paths}")
     log = ev.read_events(spark, events_paths)
@@ -228,9 +246,11 @@ def build_report(
     say(f"{n_events} events, {n_rejected} lines rejected")
     say("writing events Parquet (partitioned by tube, date)")
     events.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "events"))
+    check_visible(out_dir / "events", n_events)
     say(f"computing {window.label} windows per tube")
     windows = window_metrics(events, window).cache()
     windows.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "windows"))
+    check_visible(out_dir / "windows", n_events)
     windows_pdf = _small_table(windows.select(*SUMMARY_COLUMNS).orderBy("tube", "window_start"))
     totals_pdf = _small_table(tube_totals(events).select(*TOTAL_COLUMNS).orderBy("tube"))
     summary_csv = out_dir / "summary.csv"

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.spark.cluster import Cluster, java_missing, standalone_cluster
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -20,3 +22,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         "local[2]", "cmdstalk-tests", tmp_root=tmp_path_factory.mktemp("spark")
     ) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A standalone master and two 1-core workers on 127.0.0.1, for the whole session."""
+    if java_missing():
+        pytest.skip("Java not found: the Spark cluster tests need a JDK (17+)")
+    with standalone_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster

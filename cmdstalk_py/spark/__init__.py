@@ -23,7 +23,9 @@ Modules:
   ``report``: metrics per tube and window and the files ``report`` writes; ``charts``:
   its PNG charts and HTML page.
 - ``deadletters``: buried jobs to Parquet and back.
-- ``drain``: cmdstalk's own brokers run as Spark tasks, results as event-log rows.
+- ``drain``: cmdstalk's own brokers run as Spark tasks (in ``--cwd``, with the driver's
+  environment), results as event-log rows; ``drainwatch``: the drain seen through the
+  server (bounded wait for it, backlog per tube, progress lines on the driver).
 """
 
 from __future__ import annotations

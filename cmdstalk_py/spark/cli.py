@@ -295,6 +295,18 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
 @click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True)
 @click.option("--ttr-margin", type=click.FloatRange(0), default=1.0, show_default=True)
 @click.option("--bury-exit-codes", default="", help="Exit codes that bury at once: 65,78.")
+@click.option(
+    "--cwd",
+    type=click.Path(file_okay=False),
+    help="Directory commands run in, on every executor (default: this directory).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Give up when beanstalkd cannot be reached for this many seconds.",
+)
 @click.pass_context
 def drain_cmd(
     ctx: click.Context,
@@ -313,16 +325,28 @@ def drain_cmd(
     kill_grace: float,
     ttr_margin: float,
     bury_exit_codes: str,
+    cwd: str | None,
+    connect_timeout: float,
 ) -> None:
     """Run cmdstalk brokers as Spark tasks until the tubes stay empty (or --max-jobs).
 
-    The brokers are the supervisor's own code: same environment for the command, TTR kills,
-    backoff and bury rules (the policy options mean what they mean for cmdstalk). Every
-    job's result is appended to the event log, which `report` reads.
+    The brokers are the supervisor's own code: TTR kills, backoff and bury rules (the
+    policy options mean what they mean for cmdstalk). Commands run in --cwd with this
+    shell's environment plus CMDSTALK_*, on whichever machine runs the task. Every job's
+    result is appended to the event log, which `report` reads.
     """
     import datetime as dt
+    import os
 
-    from cmdstalk_py.spark.drain import drain
+    from cmdstalk_py.spark.drain import TaskSetup, drain
+    from cmdstalk_py.spark.drainwatch import DrainError
+
+    # Taken before Spark starts: the commands get the user's environment, not Spark's.
+    setup = TaskSetup(
+        cwd=os.path.abspath(cwd or os.getcwd()),
+        environ=dict(os.environ),
+        connect_timeout=connect_timeout,
+    )
     from cmdstalk_py.supervisor import config as cfg
 
     try:
@@ -349,15 +373,19 @@ def drain_cmd(
     from cmdstalk_py.spark.progress import Progress
 
     with _session(ctx, "drain") as spark, Progress(spark) as progress:
-        summary = drain(
-            spark,
-            config,
-            parallelism,
-            max_jobs=max_jobs,
-            idle_timeout=idle_timeout,
-            events_path=events_path,
-            say=progress.step,
-        )
+        try:
+            summary = drain(
+                spark,
+                config,
+                parallelism,
+                max_jobs=max_jobs,
+                idle_timeout=idle_timeout,
+                events_path=events_path,
+                say=progress.step,
+                setup=setup,
+            )
+        except DrainError as exc:
+            raise click.ClickException(str(exc)) from exc
     click.echo("\n".join(summary.lines()))
 
 

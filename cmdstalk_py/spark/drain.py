@@ -8,6 +8,14 @@ Every ``JobResult`` becomes one event-log line (``cmdstalk_py.ops.eventlog.event
 the executor's hostname and the Python worker's pid), and the driver appends them all to
 one JSON-lines file: the same schema ``cmdstalk --events`` writes and ``report`` reads.
 
+Commands run in ``TaskSetup.cwd`` (the CLI's ``--cwd``, by default the driver's working
+directory; a task fails clearly where it does not exist) with ``TaskSetup.environ`` (the
+driver's environment) plus ``CMDSTALK_*``, not in the executor's work directory with
+Spark's environment. The driver waits at most ``connect_timeout`` seconds for the server,
+and so does each task; brokers are shared out over the tubes by backlog
+(``plan_brokers``), and the driver prints each tube's progress from the server's stats
+(``drainwatch``).
+
 Limits worth knowing:
 - ``max_jobs`` is split evenly across the brokers (tasks cannot share one counter); a
   broker whose tube runs dry leaves its share unused.
@@ -22,18 +30,20 @@ Limits worth knowing:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cmdstalk_py.ops.eventlog import encode_line, event_record
 from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.spark.drainwatch import DrainError, Watch, backlog, wait_for_server
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.results import JobResult
@@ -54,24 +64,62 @@ class BrokerSpec:
     max_jobs: int | None
 
 
+def broker_shares(
+    tubes: tuple[str, ...], parallelism: int, backlog: Mapping[str, int]
+) -> dict[str, int]:
+    """Brokers per tube: ``parallelism`` shared out in proportion to each tube's backlog
+    (largest remainders first), and at least one for every tube."""
+    total = sum(max(0, backlog.get(t, 0)) for t in tubes)
+    if total == 0:  # nothing to weigh by: as evenly as possible
+        count = max(parallelism, len(tubes))
+        return {
+            t: count // len(tubes) + (1 if i < count % len(tubes) else 0)
+            for i, t in enumerate(tubes)
+        }
+    exact = {t: parallelism * max(0, backlog.get(t, 0)) / total for t in tubes}
+    shares = {t: int(v) for t, v in exact.items()}
+    by_remainder = sorted(tubes, key=lambda t: exact[t] - shares[t], reverse=True)
+    for t in by_remainder[: parallelism - sum(shares.values())]:
+        shares[t] += 1
+    return {t: max(1, n) for t, n in shares.items()}
+
+
 def plan_brokers(
-    tubes: tuple[str, ...], parallelism: int, max_jobs: int | None
+    tubes: tuple[str, ...],
+    parallelism: int,
+    max_jobs: int | None,
+    backlog: Mapping[str, int] | None = None,
 ) -> list[list[BrokerSpec]]:
-    """Brokers per task. ``max(parallelism, len(tubes))`` brokers are dealt round-robin over
-    the tubes (so every tube gets one) and over ``parallelism`` tasks; ``max_jobs`` is split
-    evenly (brokers whose share is 0 are left out)."""
+    """Brokers per task, ``parallelism`` tasks at most.
+
+    Without ``backlog``: ``max(parallelism, len(tubes))`` brokers dealt round-robin over the
+    tubes and the tasks. With it: :func:`broker_shares` brokers per tube, so the biggest
+    tube gets the most, each placed in the task with the least backlog per broker so far.
+    ``max_jobs`` is split evenly (brokers whose share is 0 are left out).
+    """
     if parallelism < 1 or not tubes:
         raise ValueError("need at least one tube and a parallelism of at least 1")
-    count = max(parallelism, len(tubes))
+    shares: dict[str, int] = {}
+    if backlog is None:
+        count = max(parallelism, len(tubes))
+        order = [(tubes[k % len(tubes)], k // len(tubes)) for k in range(count)]
+    else:
+        shares = broker_shares(tubes, parallelism, backlog)
+        order = [(t, slot) for t in tubes for slot in range(shares[t])]
     tasks: list[list[BrokerSpec]] = [[] for _ in range(parallelism)]
-    for k in range(count):
+    load = [0.0] * parallelism
+    for k, (tube, slot) in enumerate(order):
         share = None
         if max_jobs is not None:
-            share = max_jobs // count + (1 if k < max_jobs % count else 0)
+            share = max_jobs // len(order) + (1 if k < max_jobs % len(order) else 0)
             if share == 0:
                 continue
-        spec = BrokerSpec(tubes[k % len(tubes)], k // len(tubes), share)
-        tasks[k % parallelism].append(spec)
+        if backlog is None:
+            target = k % parallelism
+        else:
+            target = min(range(parallelism), key=lambda i: (load[i], len(tasks[i])))
+            load[target] += backlog.get(tube, 0) / shares[tube]
+        tasks[target].append(BrokerSpec(tube, slot, share))
     return [t for t in tasks if t]
 
 
@@ -85,13 +133,42 @@ class _Collector(Observer):
         self.results.append(result)
 
 
-def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float) -> list[ResultRow]:
+@dataclass(frozen=True)
+class TaskSetup:
+    """What every task needs besides its brokers: where and with what environment the
+    commands run, and how long to wait for the server."""
+
+    cwd: str | None = None
+    environ: Mapping[str, str] | None = None
+    connect_timeout: float = 30.0
+
+
+def command_config(config: Config, cwd: str | None) -> Config:
+    """``config`` whose commands start in ``cwd``: ``env -C`` in front of the shell, so the
+    broker's own process keeps its working directory (other tasks share it)."""
+    if cwd is None:
+        return config
+    return dataclasses.replace(config, shell=("/usr/bin/env", "-C", cwd, *config.shell))
+
+
+def run_task(
+    config: Config, specs: list[BrokerSpec], idle_timeout: float, setup: TaskSetup
+) -> list[ResultRow]:
     """Executor side: run ``specs``' brokers in threads until each is idle or done."""
+    hostname, pid = socket.gethostname(), os.getpid()
+    if setup.cwd is not None and not os.path.isdir(setup.cwd):
+        raise DrainError(
+            f"--cwd {setup.cwd} does not exist on executor host {hostname}: commands run "
+            "there; give a directory every worker machine has"
+        )
+    address = f"{config.host}:{config.port}"
+    wait_for_server(address, setup.connect_timeout, f" from executor host {hostname}")
     collector = _Collector()
     stop = threading.Event()
     threads = []
+    run_config = command_config(config, setup.cwd)
     for spec in specs:
-        broker = Broker(config, spec.tube, spec.slot, observer=collector)
+        broker = Broker(run_config, spec.tube, spec.slot, observer=collector, environ=setup.environ)
         thread = threading.Thread(
             target=broker.run,
             args=(stop, spec.max_jobs, idle_timeout),
@@ -101,7 +178,6 @@ def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float) -> li
         threads.append(thread)
     for thread in threads:
         thread.join()
-    hostname, pid = socket.gethostname(), os.getpid()
     return [
         (r.tube, r.outcome.value, r.exit_code, encode_line(event_record(r, hostname, pid)))
         for r in collector.results
@@ -148,26 +224,32 @@ def drain(
     idle_timeout: float = 3.0,
     events_path: str | Path | None = None,
     say: Callable[[str], None] | None = None,
+    setup: TaskSetup | None = None,
 ) -> DrainSummary:
     """Run ``parallelism`` Spark tasks of brokers over ``config.tubes``; append every job's
-    event line to ``events_path`` (when given) and return the summary."""
+    event line to ``events_path`` (when given) and return the summary. ``DrainError`` if
+    the server stays unreachable for ``setup.connect_timeout`` seconds."""
     from pyspark import StorageLevel
 
-    plan = plan_brokers(config.tubes, parallelism, max_jobs)
+    setup = setup or TaskSetup()
+    address = f"{config.host}:{config.port}"
+    wait_for_server(address, setup.connect_timeout)
+    plan = plan_brokers(config.tubes, parallelism, max_jobs, backlog(address, config.tubes))
     slots = spark.sparkContext.defaultParallelism
     if say is not None and len(plan) > slots:
         say(f"warning: {len(plan)} tasks but {slots} task slots: brokers will run in waves")
     started = time.monotonic()
     rdd = (
         spark.sparkContext.parallelize(plan, len(plan))
-        .flatMap(lambda specs: run_task(config, specs, idle_timeout))
+        .flatMap(lambda specs: run_task(config, specs, idle_timeout, setup))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     summary = DrainSummary(tasks=len(plan), brokers=sum(len(t) for t in plan))
     try:
         if say is not None:
             say(f"running {summary.brokers} brokers in {len(plan)} tasks on {config.tubes}")
-        rdd.count()  # all tasks at once; reading back below does not run them again
+        with Watch(address, config.tubes, say or (lambda line: None)):
+            rdd.count()  # all tasks at once; reading back below does not run them again
         summary.seconds = time.monotonic() - started
         path = Path(events_path) if events_path is not None else None
         with contextlib.ExitStack() as stack:

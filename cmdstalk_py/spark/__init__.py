@@ -24,7 +24,8 @@ Modules:
   its PNG charts and HTML page.
 - ``deadletters``: buried jobs to Parquet and back.
 - ``drain``: cmdstalk's own brokers run as Spark tasks (in ``--cwd``, with the driver's
-  environment), results as event-log rows; ``drainwatch``: the drain seen through the
+  environment), results as event-log rows; ``resultstream``: results sent to the driver
+  as they happen (none lost with an executor); ``drainwatch``: the drain seen through the
   server (bounded wait for it, backlog per tube, progress lines on the driver).
 """
 

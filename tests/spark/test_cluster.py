@@ -122,3 +122,97 @@ def test_spark_submit_master_is_honoured(spark_cluster: Cluster, tmp_path: Path)
         assert server.client().stats_tube("default")["total-jobs"] == 100
     apps = spark_cluster.state()["completedapps"]
     assert isinstance(apps, list) and any(a["name"] == "cmdstalk-spark enqueue" for a in apps)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_drain_on_the_cluster_with_a_relative_cmd(spark_cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "worker.sh").write_text('read -r body; echo "$body" >> done.txt\n')
+    bodies = [f"job-{i}" for i in range(200)]
+    with running_beanstalkd() as server:
+        client = server.client(use="d")
+        for body in bodies:
+            client.put(body)
+        out = run_cli(
+            spark_cluster, "drain", "--address", server.address, "--tubes", "d",
+            "--cmd", "sh worker.sh", "--idle-timeout", "2", "--events", "ev.jsonl",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "200 jobs" in out.stdout and "d: deleted 200" in out.stdout, out.stdout
+        assert sorted((tmp_path / "done.txt").read_text().split()) == sorted(bodies)
+        assert len((tmp_path / "ev.jsonl").read_bytes().splitlines()) == 200
+        assert server.client().stats_tube("d")["current-jobs-ready"] == 0
+
+
+def test_an_executor_killed_mid_drain_loses_no_result(
+    spark_cluster: Cluster, tmp_path: Path
+) -> None:
+    import os
+    import signal
+
+    from tests.helpers import wait_until
+    from tests.spark.cluster import executor_pids
+
+    (tmp_path / "worker.sh").write_text('read -r body; sleep 1; echo "$body" >> done.txt\n')
+    bodies = [f"job-{i}" for i in range(30)]
+    with running_beanstalkd() as server:
+        client = server.client(use="k")
+        for body in bodies:
+            client.put(body, ttr=5)
+        proc = subprocess.Popen(
+            [str(SCRIPT), "--master", spark_cluster.master, "drain", "--address",
+             server.address, "--tubes", "k", "--cmd", "sh worker.sh", "--parallelism", "2",
+             "--idle-timeout", "3", "--events", "ev.jsonl"],
+            cwd=tmp_path, env=spark_cluster.env(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            events = tmp_path / "ev.jsonl"
+            # Results are on the driver's disk as they happen, before any task ends.
+            wait_until(
+                lambda: events.exists() and len(events.read_bytes().splitlines()) >= 4,
+                240, interval=0.2, message="first results streamed",
+            )  # fmt: skip
+            victim = executor_pids(spark_cluster)[0]
+            commands = [p for p in _descendants(victim)]
+            os.kill(victim, signal.SIGKILL)
+            # The broker's commands die with their executor instead of running on.
+            wait_until(lambda: not any(_alive(p) for p in commands), 30, message="orphans")
+            stdout, stderr = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, stdout + stderr
+        lines = events.read_bytes().splitlines()
+        found = re.search(r"^(\d+) jobs", stdout, re.M)
+        assert found is not None and int(found.group(1)) == len(lines), stdout
+        assert set((tmp_path / "done.txt").read_text().split()) == set(bodies)
+        stats = server.client().stats_tube("k")
+        assert (stats["current-jobs-ready"], stats["current-jobs-reserved"]) == (0, 0)

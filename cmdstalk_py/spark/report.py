@@ -113,24 +113,36 @@ def _top_failures(events: DataFrame, keys: list[str]) -> DataFrame:
     return top.groupBy(*keys).agg(F.array_join(text, ", ").alias("top_failures"))
 
 
+def _rate(jobs: Column, start: Column, end: Column) -> Column:
+    """The one definition of jobs/s: jobs over the seconds from ``start`` to ``end`` (null
+    when that is not positive)."""
+    span = F.unix_micros(end) - F.unix_micros(start)
+    return F.when(span > 0, jobs / (span / F.lit(1e6))).otherwise(F.lit(None))
+
+
 def window_metrics(events: DataFrame, window: WindowSize) -> DataFrame:
-    """One row per tube and window (by job start) with counts, rates and percentiles."""
+    """One row per tube and window (by job start) with counts, rates and percentiles.
+
+    ``jobs_per_s`` divides by the part of the window the tube's log covers (its first
+    start to its last end), as ``tube_totals`` does for the whole log: a log shorter than
+    the window gets the same rate in both tables, not one diluted by the empty rest."""
     keyed = events.withColumn("_w", F.window("start_ts", window.interval))
     keys = ["tube", "_w"]
     metrics = _finish(keyed.groupBy(*keys).agg(*_outcome_aggs()))
     metrics = metrics.join(_top_failures(keyed, keys), keys, "left")
-    rest = [c for c in metrics.columns if c not in keys]
-    return (
-        metrics.select(
-            "tube",
-            F.col("_w.start").alias("window_start"),
-            F.col("_w.end").alias("window_end"),
-            F.to_date(F.col("_w.start")).alias("date"),
-            *rest,
-        )
-        .withColumn("jobs_per_s", F.col("jobs") / F.lit(float(window.seconds)))
-        .withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
-    )
+    spans = events.groupBy("tube").agg(F.min("start_ts").alias("_t0"), F.max("end_ts").alias("_t1"))
+    metrics = metrics.join(spans, ["tube"], "left")
+    rest = [c for c in metrics.columns if c not in (*keys, "_t0", "_t1")]
+    covered_from = F.greatest(F.col("_w.start"), F.col("_t0"))
+    covered_to = F.least(F.col("_w.end"), F.col("_t1"))
+    return metrics.select(
+        "tube",
+        F.col("_w.start").alias("window_start"),
+        F.col("_w.end").alias("window_end"),
+        F.to_date(F.col("_w.start")).alias("date"),
+        *rest,
+        _rate(F.col("jobs"), covered_from, covered_to).alias("jobs_per_s"),
+    ).withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
 
 
 def tube_totals(events: DataFrame) -> DataFrame:
@@ -142,13 +154,9 @@ def tube_totals(events: DataFrame) -> DataFrame:
             F.max("end_ts").alias("last_end"),
         )
     )
-    span = F.unix_micros(F.col("last_end")) - F.unix_micros(F.col("first_start"))
     return (
         metrics.join(_top_failures(events, ["tube"]), ["tube"], "left")
-        .withColumn(
-            "jobs_per_s",
-            F.when(span > 0, F.col("jobs") / (span / F.lit(1e6))).otherwise(F.lit(None)),
-        )
+        .withColumn("jobs_per_s", _rate(F.col("jobs"), F.col("first_start"), F.col("last_end")))
         .withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
     )
 

@@ -136,10 +136,8 @@ def main() -> int:
     if not finished or wrong:
         print(f"unexpected outcomes (job: wanted, got): {wrong}", file=sys.stderr)
         return 1
-    print(
-        "every job ended as expected: the failing one retried, the bad payload and the "
-        "TTR overrun buried"
-    )
+    print("every job ended as expected: the failing one retried, the bad payload and the "
+          "TTR overrun buried")
     return 0
 
 

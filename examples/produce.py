@@ -35,26 +35,16 @@ def tube_name(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Put jobs into a beanstalkd tube.")
-    parser.add_argument(
-        "--address",
-        type=parse_address,
-        default=("127.0.0.1", 11300),
-        help="server HOST:PORT (default 127.0.0.1:11300)",
-    )
-    parser.add_argument("--tube", type=tube_name, default="default", help="tube to put the jobs in")
-    parser.add_argument(
-        "--priority",
-        type=int,
-        default=greenstalk.DEFAULT_PRIORITY,
-        help="0 is the most urgent (default 65536)",
-    )
+    parser.add_argument("--address", type=parse_address, default=("127.0.0.1", 11300),
+                        help="server HOST:PORT (default 127.0.0.1:11300)")
+    parser.add_argument("--tube", type=tube_name, default="default",
+                        help="tube to put the jobs in")
+    parser.add_argument("--priority", type=int, default=greenstalk.DEFAULT_PRIORITY,
+                        help="0 is the most urgent (default 65536)")
     parser.add_argument("--delay", type=int, default=0, help="seconds before a job is ready")
     parser.add_argument("--ttr", type=int, default=60, help="time to run, seconds (default 60)")
-    parser.add_argument(
-        "--stdin-lines",
-        action="store_true",
-        help="one job per line of stdin (in addition to PAYLOAD arguments)",
-    )
+    parser.add_argument("--stdin-lines", action="store_true",
+                        help="one job per line of stdin (in addition to PAYLOAD arguments)")
     parser.add_argument("payloads", nargs="*", metavar="PAYLOAD", help="job bodies")
     args = parser.parse_args(argv)
 

@@ -12,11 +12,19 @@ from typing import Any
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.dates import ConciseDateFormatter
 from matplotlib.figure import Figure
 
 MAX_TABLE_ROWS = 500  # per tube in the HTML; summary.csv has them all
 _RATES = ["success_rate", "release_rate", "bury_rate", "timeout_rate", "lost_rate", "shutdown_rate"]
 _PERCENTILES = [("duration_p50_ms", "p50"), ("duration_p90_ms", "p90"), ("duration_p99_ms", "p99")]
+_OUTCOMES = [
+    ("success_rate", "deleted"),
+    ("release_rate", "released"),
+    ("bury_rate", "buried"),
+    ("timeout_rate", "timeout"),
+    ("lost_rate", "lost"),
+]
 
 
 def chart_name(tube: str, index: int) -> str:
@@ -24,49 +32,106 @@ def chart_name(tube: str, index: int) -> str:
     return f"{index:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', tube)[:60]}.png"
 
 
-def tube_chart(rows: Any, tube: str, path: Path) -> None:
-    """Throughput (jobs/s) and duration p50/p90/p99 per window over time, as one PNG."""
-    fig = Figure(figsize=(10, 6), dpi=100, layout="constrained")
+def tube_figure(rows: Any, tube: str) -> Figure:
+    """Throughput, outcomes and duration percentiles per window over time.
+
+    Every y axis starts at 0 (a ±5 % range around one value hides its size), and the time
+    axis spans the windows shown, first start to last end, however short the log."""
+    fig = Figure(figsize=(10, 8), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    x = pd.to_datetime(rows["window_start"]).to_numpy()
+    top, middle, bottom = fig.subplots(3, 1, sharex=True)
+    start = pd.to_datetime(rows["window_start"])
+    end = pd.to_datetime(rows["window_end"])
+    x = start.to_numpy()
+    width = (end - start).dt.total_seconds().to_numpy(dtype=float) / 86400 * 0.9
     marker = "o" if len(rows) < 50 else None
     top.plot(x, rows["jobs_per_s"].to_numpy(dtype=float), marker=marker, drawstyle="steps-post")
     top.set_ylabel("jobs/s")
-    top.set_title(f"tube {tube}: throughput and latency per window")
-    top.grid(alpha=0.3)
+    top.set_title(f"tube {tube}: throughput, outcomes and latency per window")
+    jobs = rows["jobs"].to_numpy(dtype=float)
+    stacked = jobs * 0
+    for column, label in _OUTCOMES:
+        counts = rows[column].to_numpy(dtype=float) * jobs
+        middle.bar(x, counts, width=width, bottom=stacked, align="edge", label=label)
+        stacked = stacked + counts
+    middle.set_ylabel("jobs")
+    middle.legend(loc="upper left", fontsize="small", ncols=len(_OUTCOMES))
     for column, label in _PERCENTILES:
         bottom.plot(x, rows[column].to_numpy(dtype=float), marker=marker, label=label)
     values = rows[[c for c, _ in _PERCENTILES]].to_numpy(dtype=float)
     positive = values[values > 0]
     if positive.size and positive.max() / positive.min() > 100:
         bottom.set_yscale("log")  # p99 often sits orders of magnitude above p50
+    else:
+        bottom.set_ylim(bottom=0)
     bottom.set_ylabel("duration (ms)")
     bottom.set_xlabel("window start (UTC)")
     bottom.legend(loc="upper left")
-    bottom.grid(alpha=0.3)
-    fig.autofmt_xdate()
-    fig.savefig(path, format="png")
+    for ax in (top, middle):
+        ax.set_ylim(bottom=0)
+    for ax in (top, middle, bottom):
+        ax.grid(alpha=0.3)
+    if len(rows):
+        bottom.set_xlim(start.min().to_numpy(), end.max().to_numpy())
+    formatter = ConciseDateFormatter(bottom.xaxis.get_major_locator())  # type: ignore[no-untyped-call]
+    bottom.xaxis.set_major_formatter(formatter)
+    return fig
+
+
+def tube_chart(rows: Any, tube: str, path: Path) -> None:
+    """:func:`tube_figure` as a PNG file."""
+    tube_figure(rows, tube).savefig(path, format="png")
+
+
+# The HTML tables: the columns a reader scans, short headers, top failures early and
+# wrapped, so a table fits a 1,400 px window; summary.csv and tubes.csv have everything.
+_SHOWN = {
+    "tube": "tube",
+    "window_start": "window start",
+    "first_start": "first start",
+    "last_end": "last end",
+    "jobs": "jobs",
+    "jobs_per_s": "jobs/s",
+    "success_rate": "deleted",
+    "release_rate": "released",
+    "bury_rate": "buried",
+    "timeout_rate": "timeout",
+    "lost_rate": "lost",
+    "top_failures": "top failures",
+    "duration_p50_ms": "p50 ms",
+    "duration_p90_ms": "p90 ms",
+    "duration_p99_ms": "p99 ms",
+    "age_max_s": "max age s",
+}
 
 
 def _display(df: Any) -> Any:
-    shown = df.copy()
+    shown = df[[c for c in _SHOWN if c in df.columns]].copy()
     for column in shown.columns:
         if column in _RATES:
             shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
-        elif column.endswith(("_ms", "_s")) or column == "jobs_per_s":
+        elif column.endswith(("_ms", "_s")):
             shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:,.1f}")
-    return shown
+        elif column in ("window_start", "first_start", "last_end"):
+            shown[column] = pd.to_datetime(shown[column]).dt.strftime("%Y-%m-%d %H:%M:%S")
+    for column in shown.columns:
+        shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else html.escape(str(v)))
+    if "top_failures" in shown.columns:
+        # One failure per line: the column stays narrow however many kinds there are.
+        shown["top_failures"] = shown["top_failures"].str.replace(", ", "<br>", regex=False)
+    return shown.rename(columns=_SHOWN)
 
 
 def _table(df: Any) -> str:
-    return str(_display(df).to_html(index=False, escape=True, na_rep="", border=0))
+    # Every cell was escaped by _display (the <br> in top failures is ours).
+    return str(_display(df).to_html(index=False, escape=False, na_rep="", border=0))
 
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
+td:nth-child(1), th:nth-child(1) { text-align: left; }
 th { background: #f3f3f3; }
 img { max-width: 100%; border: 1px solid #eee; }
 .note { color: #555; }

@@ -4,7 +4,6 @@ answers at once and a typo does not cost a JVM start."""
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -19,34 +18,82 @@ if TYPE_CHECKING:
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 
 
+class _Main(click.Group):
+    """The command group: a failure is one line naming its cause; ``--debug`` the trace."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if isinstance(ctx.obj, dict) and ctx.obj.get("debug"):
+                raise
+            from cmdstalk_py.spark.errors import cause_line
+
+            raise click.ClickException(
+                f"{cause_line(exc)} ({type(exc).__name__}; --debug shows the trace)"
+            ) from exc
+
+
 @contextmanager
 def _session(ctx: click.Context, app: str) -> Iterator[SparkSession]:
-    from cmdstalk_py.spark.session import spark_session
-
-    # PySpark warns about pandas 3 on import; it works, and the warning is noise to users.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
+    from cmdstalk_py.spark.session import resolve_master, spark_session
+
+    conf: dict[str, str] = ctx.obj["conf"]
+    master = resolve_master(ctx.obj["master"], conf)
     if SparkSession.getActiveSession() is None:
-        click.echo(f"starting Spark ({ctx.obj['master']})...", err=True)
-    with spark_session(ctx.obj["master"], app_name=f"cmdstalk-spark {app}") as spark:
+        click.echo(f"starting Spark ({master})...", err=True)
+    # Failures reach the user as one line from us; Spark's own log (its task failures with
+    # their JVM traces) only with --debug.
+    level = "WARN" if ctx.obj.get("debug") else "OFF"
+    with spark_session(
+        master, app_name=f"cmdstalk-spark {app}", log_level=level, conf=conf
+    ) as spark:
         yield spark
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        conf[key.strip()] = value
+    return conf
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version")
 @click.option(
     "--master",
-    default="local[*]",
-    show_default=True,
     envvar="CMDSTALK_SPARK_MASTER",
-    help="Spark master URL (env CMDSTALK_SPARK_MASTER).",
+    help="Spark master URL (env CMDSTALK_SPARK_MASTER). Default: the master spark-submit "
+    "or --conf spark.master gives, else local[*].",
+)
+@click.option(
+    "--conf",
+    "conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting, as spark-submit's --conf. Repeatable.",
+)
+@click.option(
+    "--debug", is_flag=True, help="On failure show the whole trace, and Spark's warnings."
 )
 @click.pass_context
-def main(ctx: click.Context, master: str) -> None:
-    """cmdstalk on Spark: enqueue DataFrames, report on event logs, export dead letters."""
+def main(ctx: click.Context, master: str | None, conf: tuple[str, ...], debug: bool) -> None:
+    """cmdstalk on Spark: enqueue DataFrames, report on event logs, export dead letters.
+
+    On a cluster, run it with spark-submit (the master and settings given there apply):
+    spark-submit --master spark://HOST:7077 .../cmdstalk_py/spark/cli.py enqueue ...
+    """
     ctx.ensure_object(dict)
     ctx.obj["master"] = master
+    ctx.obj["conf"] = _parse_conf(conf)
+    ctx.obj["debug"] = debug
 
 
 @main.command()
@@ -57,7 +104,7 @@ def main(ctx: click.Context, master: str) -> None:
     type=click.Choice(["parquet", "json", "csv"]),
     default="parquet",
     show_default=True,
-    help="Input format (json: one object per line; csv: with a header line).",
+    help="Input format (json: one object per line; csv: RFC 4180 with a header line).",
 )
 @click.option("--tube", default="default", show_default=True)
 @click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
@@ -87,27 +134,34 @@ def enqueue(
     partitions: int | None,
 ) -> None:
     """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
-    from cmdstalk_py.spark.datasource import OVERRIDES, write_jobs
+    from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
+    from cmdstalk_py.spark.datasource import write_jobs
+    from cmdstalk_py.spark.inputs import InputError, read_jobs
     from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.spark.writeresult import EnqueueFailed
 
+    try:
+        tube_bytes(tube)
+        parse_address(address, DEFAULT_PORT)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     with _session(ctx, "enqueue") as spark, Progress(spark):
-        reader = spark.read
-        if fmt == "csv":
-            reader = reader.option("header", "true")
-        df = reader.format(fmt).load(input_path)
-        if body_column not in df.columns:
-            raise click.UsageError(f"no column {body_column!r} in {input_path}: {df.columns}")
-        cols = [df[body_column].alias("body")]
-        for name in (c for c in df.columns if c in OVERRIDES and c != body_column):
-            # CSV columns arrive as strings; the numeric overrides must be integers.
-            numeric = fmt == "csv" and name != "tube"
-            cols.append(df[name].cast("long").alias(name) if numeric else df[name])
-        df = df.select(*cols)
+        try:
+            df = read_jobs(spark, input_path, fmt, body_column)
+        except InputError as exc:
+            raise click.ClickException(f"{exc}; nothing was enqueued") from exc
         if partitions:
             df = df.repartition(partitions)
         started = time.monotonic()
-        summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
+        try:
+            summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
+        except EnqueueFailed as exc:
+            for line in exc.summary.warnings():
+                click.echo(line, err=True)
+            raise click.ClickException(f"enqueue failed: {exc}") from exc
         elapsed = time.monotonic() - started
+    for line in summary.warnings():
+        click.echo(line, err=True)
     rate = summary.rows / elapsed if elapsed > 0 else 0.0
     per_tube = ", ".join(f"{t}: {n}" for t, n in sorted(summary.per_tube.items()))
     click.echo(
@@ -125,21 +179,29 @@ def enqueue(
     multiple=True,
     help="Event log files (JSON lines); globs allowed, quote them. Repeatable.",
 )
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Output directory; on a cluster, storage every machine shares at the same path.",
+)
 @click.option("--window", default="1h", show_default=True, help="Window length: 30s, 15m, 1h, 1d.")
 @click.pass_context
 def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -> None:
     """Per tube and window: jobs, jobs/s, outcome rates, duration percentiles, queue age,
     top failures. Writes Parquet, CSV and report.html with charts to OUT."""
     from cmdstalk_py.spark.progress import Progress
-    from cmdstalk_py.spark.report import build_report, parse_window
+    from cmdstalk_py.spark.report import ReportError, build_report, parse_window
 
     try:
         size = parse_window(window)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--window") from exc
     with _session(ctx, "report") as spark, Progress(spark) as progress:
-        files = build_report(spark, list(events), out, size, progress)
+        try:
+            files = build_report(spark, list(events), out, size, progress)
+        except ReportError as exc:
+            raise click.ClickException(str(exc)) from exc
         progress.step("done")
     click.echo(
         f"{files.events} events ({files.rejected} rejected), {files.tubes} tubes, "
@@ -156,11 +218,13 @@ def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -
     "--out", required=True, type=click.Path(dir_okay=False), help="Parquet file to write."
 )
 @click.option("--delete", is_flag=True, help="Delete the jobs once the file is safely on disk.")
-def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (refused otherwise).")
+def export_buried_cmd(address: str, tube: str, out: str, delete: bool, overwrite: bool) -> None:
     """Copy every buried job of TUBE (body, id, priority, stats) to a Parquet file.
 
     Jobs stay buried throughout (see the README on how the buried list is walked); with
-    --delete they are deleted only after the file is written, fsynced and in place.
+    --delete they are deleted only after the file is written, fsynced and in place. An
+    existing OUT is never replaced without --overwrite.
     """
     from cmdstalk_py.client.errors import BeanstalkdError
     from cmdstalk_py.spark.deadletters import ExportError, export_buried
@@ -169,7 +233,9 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
         click.echo(f"  {n} jobs exported...", err=True)
 
     try:
-        result = export_buried(address, tube, out, delete=delete, progress=progress)
+        result = export_buried(
+            address, tube, out, delete=delete, overwrite=overwrite, progress=progress
+        )
     except (ExportError, BeanstalkdError, OSError) as exc:
         raise click.ClickException(f"export failed, nothing deleted: {exc}") from exc
     click.echo(f"exported {result.jobs} buried jobs of tube {tube!r} to {result.path}")
@@ -186,12 +252,12 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool) -> None:
 @click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
     """Put the jobs of an export-buried file back into beanstalkd (body, priority, ttr)."""
-    from cmdstalk_py.spark.deadletters import requeue
+    from cmdstalk_py.spark.deadletters import ExportError, requeue
     from cmdstalk_py.spark.putter import PutFailed
 
     try:
         n = requeue(path, address, tube, delay=delay)
-    except PutFailed as exc:
+    except (PutFailed, ExportError, ValueError) as exc:
         raise click.ClickException(f"requeue failed: {exc}") from exc
     click.echo(f"requeued {n} jobs from {path} to {address}")
 
@@ -229,6 +295,18 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
 @click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True)
 @click.option("--ttr-margin", type=click.FloatRange(0), default=1.0, show_default=True)
 @click.option("--bury-exit-codes", default="", help="Exit codes that bury at once: 65,78.")
+@click.option(
+    "--cwd",
+    type=click.Path(file_okay=False),
+    help="Directory commands run in, on every executor (default: this directory).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Give up when beanstalkd cannot be reached for this many seconds.",
+)
 @click.pass_context
 def drain_cmd(
     ctx: click.Context,
@@ -247,16 +325,28 @@ def drain_cmd(
     kill_grace: float,
     ttr_margin: float,
     bury_exit_codes: str,
+    cwd: str | None,
+    connect_timeout: float,
 ) -> None:
     """Run cmdstalk brokers as Spark tasks until the tubes stay empty (or --max-jobs).
 
-    The brokers are the supervisor's own code: same environment for the command, TTR kills,
-    backoff and bury rules (the policy options mean what they mean for cmdstalk). Every
-    job's result is appended to the event log, which `report` reads.
+    The brokers are the supervisor's own code: TTR kills, backoff and bury rules (the
+    policy options mean what they mean for cmdstalk). Commands run in --cwd with this
+    shell's environment plus CMDSTALK_*, on whichever machine runs the task. Every job's
+    result is appended to the event log, which `report` reads.
     """
     import datetime as dt
+    import os
 
-    from cmdstalk_py.spark.drain import drain
+    from cmdstalk_py.spark.drain import TaskSetup, drain
+    from cmdstalk_py.spark.drainwatch import DrainError
+
+    # Taken before Spark starts: the commands get the user's environment, not Spark's.
+    setup = TaskSetup(
+        cwd=os.path.abspath(cwd or os.getcwd()),
+        environ=dict(os.environ),
+        connect_timeout=connect_timeout,
+    )
     from cmdstalk_py.supervisor import config as cfg
 
     try:
@@ -283,13 +373,21 @@ def drain_cmd(
     from cmdstalk_py.spark.progress import Progress
 
     with _session(ctx, "drain") as spark, Progress(spark) as progress:
-        summary = drain(
-            spark,
-            config,
-            parallelism,
-            max_jobs=max_jobs,
-            idle_timeout=idle_timeout,
-            events_path=events_path,
-            say=progress.step,
-        )
+        try:
+            summary = drain(
+                spark,
+                config,
+                parallelism,
+                max_jobs=max_jobs,
+                idle_timeout=idle_timeout,
+                events_path=events_path,
+                say=progress.step,
+                setup=setup,
+            )
+        except DrainError as exc:
+            raise click.ClickException(str(exc)) from exc
     click.echo("\n".join(summary.lines()))
+
+
+if __name__ == "__main__":  # spark-submit runs this file: spark-submit ... cli.py enqueue ...
+    main()

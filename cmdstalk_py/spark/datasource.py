@@ -14,12 +14,15 @@ it to return the count).
 
 Delivery is at-least-once. Each partition is one Spark task with one connection; jobs are
 visible to workers as soon as the server acknowledges them, and beanstalkd has no
-transactions. If a task fails part-way (a lost connection, a killed executor) and Spark
-retries it, the retry puts the whole partition again, so the rows the failed attempt had
-already put are enqueued twice. In ``local`` mode Spark does not retry tasks (a failure fails
-the write); on a cluster ``spark.task.maxFailures`` (default 4) applies. A write that fails
-after some partitions succeeded leaves those partitions' jobs in the queue. Commands that
-must not run twice should deduplicate on the job content (see ``with_idempotency_key``).
+transactions. A put that fails (an error reply such as JOB_TOO_BIG or DRAINING, an invalid
+row, a lost connection) fails its partition without a Spark retry, so no row is put twice
+by our own failures; the write then fails naming partition, row and reply, and counts the
+jobs that were put (see ``writeresult``). Only a task killed from outside (a lost executor)
+is re-run by Spark (``spark.task.maxFailures``, 4 on a cluster): the rows its lost attempt
+had put are enqueued again, and the summary reports that bound as possible duplicates. A
+write that fails after some partitions succeeded leaves those partitions' jobs in the queue.
+Commands that must not run twice should deduplicate on the job content (see
+``with_idempotency_key``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +54,8 @@ from pyspark.sql.types import (
 )
 
 from cmdstalk_py.client.names import DEFAULT_PORT, check_u32, parse_address, tube_bytes
-from cmdstalk_py.spark.putter import Putter
+from cmdstalk_py.spark.putter import PutFailed, Putter
+from cmdstalk_py.spark.writeresult import EnqueueFailed, EnqueueSummary, PartitionCommit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,32 +126,6 @@ def check_schema(schema: StructType) -> None:
             raise ValueError(f"column {f.name!r} has type {f.dataType}, expected {OVERRIDES[name]}")
 
 
-@dataclass
-class PartitionCommit(WriterCommitMessage):
-    """One task's report to the driver: rows and bytes enqueued, per-tube counts."""
-
-    partition: int
-    rows: int
-    body_bytes: int
-    seconds: float
-    per_tube: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class EnqueueSummary:
-    """What a whole write enqueued, assembled from the partitions' commit messages."""
-
-    rows: int
-    body_bytes: int
-    partitions: list[PartitionCommit]
-    per_tube: dict[str, int]
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EnqueueSummary:
-        parts = [PartitionCommit(**p) for p in data["partitions"]]
-        return cls(data["rows"], data["body_bytes"], parts, data["per_tube"])
-
-
 def _bodies(column: pa.Array) -> list[bytes]:
     # string → binary is a zero-copy cast in Arrow; to_pylist then yields bytes directly.
     if pa.types.is_string(column.type):
@@ -169,64 +147,95 @@ class BeanstalkdWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else -1
+        attempt = ctx.attemptNumber() if ctx is not None else 0
         o = self.options
         started = time.monotonic()
-        with Putter(o.address, o.tube, o.priority, o.delay, o.ttr, partition=partition) as put:
-            for batch in iterator:
-                names = [n.lower() for n in batch.schema.names]
-                body_col = batch.column(names.index(BODY))
-                if body_col.null_count:
-                    first_null = body_col.is_null().to_pylist().index(True)
-                    raise ValueError(
-                        f"beanstalkd write (partition {partition}): row "
-                        f"{put.queued + first_null} has a null body"
-                    )
-                extra: dict[str, Sequence[Any] | None] = {}
-                for name in ("tube", "priority", "delay", "ttr"):
-                    if name in names:
-                        extra[name] = batch.column(names.index(name)).to_pylist()
-                    else:
-                        extra[name] = None
-                put.put_batch(
-                    _bodies(body_col),
-                    tubes=extra["tube"],
-                    priorities=extra["priority"],
-                    delays=extra["delay"],
-                    ttrs=extra["ttr"],
-                )
-            stats = put.finish()
+        put: Putter | None = None
+        try:
+            with Putter(o.address, o.tube, o.priority, o.delay, o.ttr, partition=partition) as put:
+                try:
+                    _put_batches(put, iterator, partition)
+                except (ValueError, PutFailed) as exc:
+                    if isinstance(exc, PutFailed) and exc.reply != "INVALID_ROW":
+                        raise
+                    # Rows before the invalid one are put, as they would have been had
+                    # they filled a window first; the count stays exact.
+                    rows = put.finish().rows
+                    raise PutFailed(
+                        str(exc),
+                        reply="INVALID_ROW",
+                        partition=partition,
+                        row=put.queued,
+                        acknowledged=rows,
+                    ) from exc
+                stats = put.finish()
+        except PutFailed as exc:
+            # Returned, not raised: Spark would retry the task and put the rows before the
+            # failure again (see writeresult).
+            tubes = put.stats.per_tube if put is not None else {}
+            return PartitionCommit(
+                partition=partition,
+                rows=exc.acknowledged,
+                body_bytes=0,
+                seconds=time.monotonic() - started,
+                per_tube={t: exc.acknowledged for t in tubes} if len(tubes) == 1 else {},
+                attempt=attempt,
+                error=str(exc),
+                reply=exc.reply,
+                row=exc.row,
+                unconfirmed=exc.unconfirmed,
+            )
         return PartitionCommit(
             partition=partition,
             rows=stats.rows,
             body_bytes=stats.body_bytes,
             seconds=time.monotonic() - started,
             per_tube=stats.per_tube,
+            attempt=attempt,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._write_summary(messages, failed=False)
+        summary = self._summarise(messages)
+        if summary.failures and not self.options.summary_path:
+            raise EnqueueFailed(summary)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._write_summary(messages, failed=True)
+        self._summarise(messages)
 
-    def _write_summary(self, messages: list[WriterCommitMessage | None], failed: bool) -> None:
-        if not self.options.summary_path:
-            return
-        parts = [m for m in messages if isinstance(m, PartitionCommit)]
-        per_tube: dict[str, int] = {}
-        for p in parts:
-            for tube, n in p.per_tube.items():
-                per_tube[tube] = per_tube.get(tube, 0) + n
-        data = {
-            "failed": failed,
-            "rows": sum(p.rows for p in parts),
-            "body_bytes": sum(p.body_bytes for p in parts),
-            "partitions": [asdict(p) for p in parts],
-            "per_tube": per_tube,
-        }
-        tmp = self.options.summary_path + ".tmp"
-        Path(tmp).write_text(json.dumps(data))
-        os.replace(tmp, self.options.summary_path)
+    def _summarise(self, messages: list[WriterCommitMessage | None]) -> EnqueueSummary:
+        summary = EnqueueSummary.from_commits(
+            [m for m in messages if isinstance(m, PartitionCommit)]
+        )
+        if self.options.summary_path:
+            tmp = self.options.summary_path + ".tmp"
+            Path(tmp).write_text(json.dumps(summary.to_json()))
+            os.replace(tmp, self.options.summary_path)
+        return summary
+
+
+def _put_batches(put: Putter, iterator: Iterator[pa.RecordBatch], partition: int) -> None:
+    for batch in iterator:
+        names = [n.lower() for n in batch.schema.names]
+        body_col = batch.column(names.index(BODY))
+        if body_col.null_count:
+            first_null = body_col.is_null().to_pylist().index(True)
+            raise ValueError(
+                f"beanstalkd write (partition {partition}): row "
+                f"{put.queued + first_null} has a null body"
+            )
+        extra: dict[str, Sequence[Any] | None] = {}
+        for name in ("tube", "priority", "delay", "ttr"):
+            if name in names:
+                extra[name] = batch.column(names.index(name)).to_pylist()
+            else:
+                extra[name] = None
+        put.put_batch(
+            _bodies(body_col),
+            tubes=extra["tube"],
+            priorities=extra["priority"],
+            delays=extra["delay"],
+            ttrs=extra["ttr"],
+        )
 
 
 class BeanstalkdDataSource(DataSource):
@@ -243,9 +252,23 @@ class BeanstalkdDataSource(DataSource):
         return BeanstalkdWriter(WriteOptions.parse(dict(self.options)))
 
 
+def _registered(spark: SparkSession) -> bool:
+    try:  # Spark's own registry; not a public API, so any surprise means "not known"
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(BeanstalkdDataSource.name()))
+    except Exception:
+        return False
+
+
 def register(spark: SparkSession) -> None:
-    """Make ``format("beanstalkd")`` available on ``spark``."""
-    spark.dataSource.register(BeanstalkdDataSource)
+    """Make ``format("beanstalkd")`` available on ``spark`` (again is harmless)."""
+    if _registered(spark):
+        return  # registering again would log a warning in the application's log
+    try:
+        spark.dataSource.register(BeanstalkdDataSource)
+    except Exception as exc:  # pyspark's AnalysisException: the name is already taken
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
 
 
 def write_jobs(
@@ -257,7 +280,8 @@ def write_jobs(
     delay: int = 0,
     ttr: int = 60,
 ) -> EnqueueSummary:
-    """Enqueue every row of ``df`` (see the module doc for columns); the commit's summary."""
+    """Enqueue every row of ``df`` (see the module doc for columns); the commit's summary.
+    ``EnqueueFailed`` (with the summary: what was put) when a partition failed."""
     register(df.sparkSession)
     with tempfile.TemporaryDirectory(prefix="cmdstalk-enqueue-") as tmp:
         summary = Path(tmp) / "summary.json"
@@ -272,7 +296,10 @@ def write_jobs(
             .mode("append")
             .save()
         )
-        return EnqueueSummary.from_json(json.loads(summary.read_text()))
+        result = EnqueueSummary.from_json(json.loads(summary.read_text()))
+    if result.failures:
+        raise EnqueueFailed(result)
+    return result
 
 
 def enqueue(

@@ -191,23 +191,47 @@ def _fsync_dir(path: Path, fsync: Callable[[int], None]) -> None:
         os.close(fd)
 
 
+def _exists(path: Path) -> str:
+    return (
+        f"{path} exists: it may hold dead letters no longer on the server; "
+        "choose another file or pass --overwrite"
+    )
+
+
+def _install(tmp: Path, path: Path, overwrite: bool) -> None:
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    # link() fails if the name exists, so a file created meanwhile is never replaced.
+    try:
+        os.link(tmp, path)
+    except FileExistsError as exc:
+        raise ExportError(_exists(path)) from exc
+
+
 def export_buried(
     address: str,
     tube: str,
     out: str | Path,
     *,
     delete: bool = False,
+    overwrite: bool = False,
     fsync: Callable[[int], None] = os.fsync,
     progress: Callable[[int], None] | None = None,
 ) -> ExportResult:
     """Write every buried job of ``tube`` to the Parquet file ``out``; with ``delete``,
-    delete them from the server once the file is durable. ``fsync`` is injectable so
-    tests can check the order of events."""
+    delete them from the server once the file is durable. An existing ``out`` is an
+    ``ExportError`` unless ``overwrite``: it may hold dead letters that are no longer on
+    the server. ``fsync`` is injectable so tests can check the order of events."""
     path = Path(out)
+    if path.exists() and not overwrite:
+        raise ExportError(_exists(path))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     exported: list[int] = []
     now = dt.datetime.now(dt.UTC)
     try:
+        # Job bodies are private: the file is the owner's alone from its first byte.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         with pq.ParquetWriter(tmp, SCHEMA) as writer:
             rows: list[dict[str, object]] = []
             for job in iter_buried(address, tube):
@@ -231,7 +255,7 @@ def export_buried(
                 writer.write_table(pa.Table.from_pylist(rows, SCHEMA))
         with open(tmp, "rb") as f:
             fsync(f.fileno())
-        os.replace(tmp, path)
+        _install(tmp, path, overwrite)
         _fsync_dir(path.parent, fsync)
     finally:
         tmp.unlink(missing_ok=True)
@@ -251,6 +275,17 @@ def export_buried(
     return result
 
 
+def _export_file(path: str | Path) -> pq.ParquetFile:
+    try:
+        table_file = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ExportError(f"{path} is not an export-buried file: {exc}") from exc
+    missing = sorted({"tube", "body", "priority", "ttr"} - set(table_file.schema_arrow.names))
+    if missing:
+        raise ExportError(f"{path} is not an export-buried file: no column(s) {', '.join(missing)}")
+    return table_file
+
+
 def requeue(
     path: str | Path,
     address: str,
@@ -261,7 +296,7 @@ def requeue(
     """Put every job of an export file back (its body, priority and ttr; ``tube`` or the
     tube it came from). Returns the number of jobs put. At-least-once: if this fails part
     way, the error says how many were put; running it again puts those again."""
-    table_file = pq.ParquetFile(path)
+    table_file = _export_file(path)
     with Putter(address, tube or "default", partition=None, delay=delay) as put:
         for batch in table_file.iter_batches(columns=["tube", "body", "priority", "ttr"]):
             n = batch.num_rows

@@ -8,13 +8,24 @@ Every ``JobResult`` becomes one event-log line (``cmdstalk_py.ops.eventlog.event
 the executor's hostname and the Python worker's pid), and the driver appends them all to
 one JSON-lines file: the same schema ``cmdstalk --events`` writes and ``report`` reads.
 
+Commands run in ``TaskSetup.cwd`` (the CLI's ``--cwd``, by default the driver's working
+directory; a task fails clearly where it does not exist) with ``TaskSetup.environ`` (the
+driver's environment) plus ``CMDSTALK_*``, not in the executor's work directory with
+Spark's environment. The driver waits at most ``connect_timeout`` seconds for the server,
+and so does each task; brokers are shared out over the tubes by backlog
+(``plan_brokers``), and the driver prints each tube's progress from the server's stats
+(``drainwatch``).
+
 Limits worth knowing:
 - ``max_jobs`` is split evenly across the brokers (tasks cannot share one counter); a
   broker whose tube runs dry leaves its share unused.
 - Brokers run concurrently only if the cluster has a task slot for each task; otherwise
   Spark runs the tasks in waves (the driver warns).
-- Results are persisted by Spark until the driver has written them; if an executor is lost
-  before that, Spark would rerun its task, which would drain more jobs, not repeat old ones.
+- Results reach the driver as they happen (``resultstream``) and are written to the event
+  log at once, so a lost executor loses none; Spark runs its task again (counted in the
+  summary), which drains more jobs, not old ones. The lost task's commands are killed
+  with it (SIGHUP from pyspark's daemon, or a reparented worker), and the jobs they held
+  go back to the queue when their connections close.
 - Cancelling the drain kills the tasks: the jobs they held go back to the queue when their
   connections close; commands already running are not waited for.
 """
@@ -22,27 +33,28 @@ Limits worth knowing:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import signal
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cmdstalk_py.ops.eventlog import encode_line, event_record
 from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.spark.drainwatch import DrainError, Watch, backlog, wait_for_server
+from cmdstalk_py.spark.resultstream import ResultServer, ResultStream, line_fields
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.results import JobResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# One row per finished job: (tube, outcome, exit_code, event-log line).
-ResultRow = tuple[str, str, int | None, bytes]
 
 
 @dataclass(frozen=True)
@@ -54,44 +66,131 @@ class BrokerSpec:
     max_jobs: int | None
 
 
+def broker_shares(
+    tubes: tuple[str, ...], parallelism: int, backlog: Mapping[str, int]
+) -> dict[str, int]:
+    """Brokers per tube: ``parallelism`` shared out in proportion to each tube's backlog
+    (largest remainders first), and at least one for every tube."""
+    total = sum(max(0, backlog.get(t, 0)) for t in tubes)
+    if total == 0:  # nothing to weigh by: as evenly as possible
+        count = max(parallelism, len(tubes))
+        return {
+            t: count // len(tubes) + (1 if i < count % len(tubes) else 0)
+            for i, t in enumerate(tubes)
+        }
+    exact = {t: parallelism * max(0, backlog.get(t, 0)) / total for t in tubes}
+    shares = {t: int(v) for t, v in exact.items()}
+    by_remainder = sorted(tubes, key=lambda t: exact[t] - shares[t], reverse=True)
+    for t in by_remainder[: parallelism - sum(shares.values())]:
+        shares[t] += 1
+    return {t: max(1, n) for t, n in shares.items()}
+
+
 def plan_brokers(
-    tubes: tuple[str, ...], parallelism: int, max_jobs: int | None
+    tubes: tuple[str, ...],
+    parallelism: int,
+    max_jobs: int | None,
+    backlog: Mapping[str, int] | None = None,
 ) -> list[list[BrokerSpec]]:
-    """Brokers per task. ``max(parallelism, len(tubes))`` brokers are dealt round-robin over
-    the tubes (so every tube gets one) and over ``parallelism`` tasks; ``max_jobs`` is split
-    evenly (brokers whose share is 0 are left out)."""
+    """Brokers per task, ``parallelism`` tasks at most.
+
+    Without ``backlog``: ``max(parallelism, len(tubes))`` brokers dealt round-robin over the
+    tubes and the tasks. With it: :func:`broker_shares` brokers per tube, so the biggest
+    tube gets the most, each placed in the task with the least backlog per broker so far.
+    ``max_jobs`` is split evenly (brokers whose share is 0 are left out).
+    """
     if parallelism < 1 or not tubes:
         raise ValueError("need at least one tube and a parallelism of at least 1")
-    count = max(parallelism, len(tubes))
+    shares: dict[str, int] = {}
+    if backlog is None:
+        count = max(parallelism, len(tubes))
+        order = [(tubes[k % len(tubes)], k // len(tubes)) for k in range(count)]
+    else:
+        shares = broker_shares(tubes, parallelism, backlog)
+        order = [(t, slot) for t in tubes for slot in range(shares[t])]
     tasks: list[list[BrokerSpec]] = [[] for _ in range(parallelism)]
-    for k in range(count):
+    load = [0.0] * parallelism
+    for k, (tube, slot) in enumerate(order):
         share = None
         if max_jobs is not None:
-            share = max_jobs // count + (1 if k < max_jobs % count else 0)
+            share = max_jobs // len(order) + (1 if k < max_jobs % len(order) else 0)
             if share == 0:
                 continue
-        spec = BrokerSpec(tubes[k % len(tubes)], k // len(tubes), share)
-        tasks[k % parallelism].append(spec)
+        if backlog is None:
+            target = k % parallelism
+        else:
+            target = min(range(parallelism), key=lambda i: (load[i], len(tasks[i])))
+            load[target] += backlog.get(tube, 0) / shares[tube]
+        tasks[target].append(BrokerSpec(tube, slot, share))
     return [t for t in tasks if t]
 
 
-class _Collector(Observer):
-    """Keeps every result; list.append is atomic, so broker threads need no lock."""
+@dataclass(frozen=True)
+class TaskSetup:
+    """What every task needs besides its brokers: where and with what environment the
+    commands run, and how long to wait for the server."""
 
-    def __init__(self) -> None:
-        self.results: list[JobResult] = []
+    cwd: str | None = None
+    environ: Mapping[str, str] | None = None
+    connect_timeout: float = 30.0
+    results: str | None = None  # the driver's ResultServer, host:port
+    token: str = ""
 
-    def job_finished(self, result: JobResult) -> None:
-        self.results.append(result)
+
+def command_config(config: Config, cwd: str | None) -> Config:
+    """``config`` whose commands start in ``cwd``: ``env -C`` in front of the shell, so the
+    broker's own process keeps its working directory (other tasks share it)."""
+    if cwd is None:
+        return config
+    return dataclasses.replace(config, shell=("/usr/bin/env", "-C", cwd, *config.shell))
 
 
-def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float) -> list[ResultRow]:
-    """Executor side: run ``specs``' brokers in threads until each is idle or done."""
-    collector = _Collector()
-    stop = threading.Event()
+def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float, setup: TaskSetup) -> int:
+    """Executor side: run ``specs``' brokers in threads until each is idle or done,
+    streaming each result to the driver; the number of jobs handled."""
+    from pyspark import TaskContext
+
+    hostname = socket.gethostname()
+    if setup.cwd is not None and not os.path.isdir(setup.cwd):
+        raise DrainError(
+            f"--cwd {setup.cwd} does not exist on executor host {hostname}: commands run "
+            "there; give a directory every worker machine has"
+        )
+    address = f"{config.host}:{config.port}"
+    wait_for_server(address, setup.connect_timeout, f" from executor host {hostname}")
+    ctx = TaskContext.get()
+    partition, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
+    assert setup.results is not None
+    stream = ResultStream(setup.results, setup.token, partition, attempt)
+    sender = _Sender(stream, hostname)
+    stop, kill_now = threading.Event(), threading.Event()
+    previous = _die_with_the_executor(stop, kill_now)
+    try:
+        _run_brokers(config, specs, idle_timeout, setup, sender, stop, kill_now)
+    finally:
+        stop.set()  # ends the watchdog
+        if previous is not None:  # a reused Python worker must die on SIGHUP again
+            signal.signal(signal.SIGHUP, previous)
+        stream.close()
+    return sender.count
+
+
+def _run_brokers(
+    config: Config,
+    specs: list[BrokerSpec],
+    idle_timeout: float,
+    setup: TaskSetup,
+    sender: _Sender,
+    stop: threading.Event,
+    kill_now: threading.Event,
+) -> None:
+    run_config = command_config(config, setup.cwd)
     threads = []
     for spec in specs:
-        broker = Broker(config, spec.tube, spec.slot, observer=collector)
+        broker = Broker(
+            run_config, spec.tube, spec.slot, observer=sender, environ=setup.environ,
+            kill=kill_now, kill_now=kill_now,
+        )  # fmt: skip
         thread = threading.Thread(
             target=broker.run,
             args=(stop, spec.max_jobs, idle_timeout),
@@ -100,12 +199,43 @@ def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float) -> li
         thread.start()
         threads.append(thread)
     for thread in threads:
-        thread.join()
-    hostname, pid = socket.gethostname(), os.getpid()
-    return [
-        (r.tube, r.outcome.value, r.exit_code, encode_line(event_record(r, hostname, pid)))
-        for r in collector.results
-    ]
+        while thread.is_alive():
+            thread.join(0.5)  # with a timeout: the main thread must run signal handlers
+
+
+def _die_with_the_executor(stop: threading.Event, kill_now: threading.Event) -> Any:
+    """Kill this task's commands when its executor goes: pyspark's daemon sends SIGHUP to
+    its workers when the JVM closes its stdin; a worker whose parent died is reparented."""
+
+    def kill(*_: object) -> None:
+        stop.set()
+        kill_now.set()
+
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread: the watchdog still works
+        previous = signal.signal(signal.SIGHUP, kill)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            if os.getppid() != parent:
+                kill()
+
+    threading.Thread(target=watch, name="executor-watch", daemon=True).start()
+    return previous
+
+
+class _Sender(Observer):
+    """Sends each result to the driver the moment its broker finishes it."""
+
+    def __init__(self, stream: ResultStream, hostname: str) -> None:
+        self.stream = stream
+        self.hostname = hostname
+        self.count = 0
+
+    def job_finished(self, result: JobResult) -> None:
+        self.stream.send(encode_line(event_record(result, self.hostname, os.getpid())))
+        self.count += 1
 
 
 @dataclass
@@ -119,6 +249,14 @@ class DrainSummary:
     events_path: Path | None = None
     tasks: int = 0
     brokers: int = 0
+    rerun_tasks: int = 0
+
+    def add(self, tube: str, outcome: str, exit_code: int | None) -> None:
+        """Count one job's result."""
+        self.jobs += 1
+        self.outcomes[(tube, outcome)] += 1
+        if exit_code is not None:
+            self.exit_codes[exit_code] += 1
 
     def lines(self) -> list[str]:
         """The summary as text lines for the terminal."""
@@ -134,6 +272,12 @@ class DrainSummary:
         if failing:
             top = sorted(failing.items(), key=lambda item: (-item[1], item[0]))[:5]
             out.append("  failing exit codes: " + ", ".join(f"{c} ×{n}" for c, n in top))
+        if self.rerun_tasks:
+            out.append(
+                f"  warning: {self.rerun_tasks} Spark task(s) were lost (an executor died) "
+                "and run again: every job they finished is counted and in the event log; "
+                "jobs they held went back to the queue"
+            )
         if self.events_path is not None:
             out.append(f"  events: {self.events_path}")
         return out
@@ -148,38 +292,48 @@ def drain(
     idle_timeout: float = 3.0,
     events_path: str | Path | None = None,
     say: Callable[[str], None] | None = None,
+    setup: TaskSetup | None = None,
 ) -> DrainSummary:
     """Run ``parallelism`` Spark tasks of brokers over ``config.tubes``; append every job's
-    event line to ``events_path`` (when given) and return the summary."""
-    from pyspark import StorageLevel
-
-    plan = plan_brokers(config.tubes, parallelism, max_jobs)
+    event line to ``events_path`` (when given) and return the summary. ``DrainError`` if
+    the server stays unreachable for ``setup.connect_timeout`` seconds."""
+    setup = setup or TaskSetup()
+    address = f"{config.host}:{config.port}"
+    wait_for_server(address, setup.connect_timeout)
+    plan = plan_brokers(config.tubes, parallelism, max_jobs, backlog(address, config.tubes))
     slots = spark.sparkContext.defaultParallelism
     if say is not None and len(plan) > slots:
         say(f"warning: {len(plan)} tasks but {slots} task slots: brokers will run in waves")
-    started = time.monotonic()
-    rdd = (
-        spark.sparkContext.parallelize(plan, len(plan))
-        .flatMap(lambda specs: run_task(config, specs, idle_timeout))
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
     summary = DrainSummary(tasks=len(plan), brokers=sum(len(t) for t in plan))
-    try:
+    path = Path(events_path) if events_path is not None else None
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(open(path, "ab")) if path is not None else None
+
+        def on_line(line: bytes) -> None:
+            summary.add(*line_fields(line))
+            if sink is not None:
+                sink.write(line)
+                sink.flush()  # on disk as it happens: a crash of the driver loses nothing
+
+        server = stack.enter_context(ResultServer(_driver_host(spark), on_line))
+        task_setup = dataclasses.replace(setup, results=server.address, token=server.token)
+        rdd = spark.sparkContext.parallelize(plan, len(plan)).map(
+            lambda specs: run_task(config, specs, idle_timeout, task_setup)
+        )
         if say is not None:
             say(f"running {summary.brokers} brokers in {len(plan)} tasks on {config.tubes}")
-        rdd.count()  # all tasks at once; reading back below does not run them again
-        summary.seconds = time.monotonic() - started
-        path = Path(events_path) if events_path is not None else None
-        with contextlib.ExitStack() as stack:
-            sink = stack.enter_context(open(path, "ab")) if path is not None else None
-            for tube, outcome, exit_code, line in rdd.toLocalIterator():
-                summary.jobs += 1
-                summary.outcomes[(tube, outcome)] += 1
-                if exit_code is not None:
-                    summary.exit_codes[exit_code] += 1
-                if sink is not None:
-                    sink.write(line)
-        summary.events_path = path
-    finally:
-        rdd.unpersist()
+        with Watch(address, config.tubes, say or (lambda line: None)):
+            rdd.count()
+        server.close()  # every connection read to its end
+        summary.rerun_tasks = sum(n - 1 for n in server.attempts.values())
+    summary.seconds = time.monotonic() - started
+    summary.events_path = path
     return summary
+
+
+def _driver_host(spark: SparkSession) -> str:
+    """The address executors reach the driver at (loopback in local mode)."""
+    if str(spark.sparkContext.master).startswith("local"):
+        return "127.0.0.1"
+    return str(spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1"))

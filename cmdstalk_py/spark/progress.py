@@ -1,5 +1,8 @@
 """Progress on the terminal for long Spark runs: step lines, and stage progress polled from
-Spark's status tracker in a background thread (only for stages that run a while)."""
+Spark's status tracker in a background thread (only for stages that run a while).
+
+On a cluster the same thread notices a stage that waits with no executor at all: Spark
+only logs that (a warning our quiet log level hides), and the run would seem to hang."""
 
 from __future__ import annotations
 
@@ -22,11 +25,14 @@ class Progress:
         stream: TextIO | None = None,
         interval: float = 1.0,
         quiet_for: float = 2.0,
+        no_executors_after: float = 15.0,
     ) -> None:
         self.spark = spark
         self.stream = stream if stream is not None else sys.stderr
         self.interval = interval
         self.quiet_for = quiet_for  # a stage is reported only once it has run this long
+        self.no_executors_after = no_executors_after
+        self._warned_no_executors = False
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -69,6 +75,8 @@ class Progress:
                     info = tracker.getStageInfo(sid)
                     if info is None or now - first_seen[sid] < self.quiet_for:
                         continue
+                    if now - first_seen[sid] >= self.no_executors_after:
+                        self._check_executors(info.numActiveTasks + info.numCompletedTasks)
                     state = (info.numCompletedTasks, info.numActiveTasks)
                     if last_shown.get(sid) != state:
                         last_shown[sid] = state
@@ -78,3 +86,22 @@ class Progress:
                         )
             except Exception:  # the session stopped under us: nothing left to report
                 return
+
+    def _check_executors(self, tasks_started: int) -> None:
+        assert self.spark is not None
+        sc = self.spark.sparkContext
+        if self._warned_no_executors or tasks_started or str(sc.master).startswith("local"):
+            return
+        if executor_count(self.spark) == 0:
+            self._warned_no_executors = True
+            self.step(
+                f"warning: no executor after {self.no_executors_after:.0f}s: the cluster at "
+                f"{sc.master} has granted none (are workers up, with free cores and memory? "
+                "see spark.cores.max, spark.executor.memory, spark.executor.cores)"
+            )
+
+
+def executor_count(spark: SparkSession) -> int:
+    """Executors registered with the driver (the driver itself not counted)."""
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+    return max(0, int(status.size()) - 1)

@@ -45,12 +45,20 @@ class PutFailed(Exception):
         partition: int | None,
         row: int | None,
         acknowledged: int,
+        unconfirmed: int = 0,
     ) -> None:
         super().__init__(message)
         self.reply = reply
         self.partition = partition
         self.row = row
         self.acknowledged = acknowledged
+        self.unconfirmed = unconfirmed  # sent, never answered: in the queue or not
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether trying the same rows again would fail the same way (an error reply or
+        an invalid row, as opposed to a connection that broke or could not be made)."""
+        return self.reply not in ("CONNECTION_LOST", "CONNECTION_REFUSED")
 
 
 @dataclass
@@ -109,6 +117,7 @@ class Putter:
         self._out_reply_bytes = 0  # reply bound of the requests in _out
         self._inflight_reply_bytes = 0  # reply bound of sent requests not yet answered
         self._expect: deque[int] = deque()  # row index per request; _USE for `use`
+        self._unsent = 0  # entries at the tail of _expect whose requests are still in _out
         self._expect_tubes: deque[str] = deque()  # tube per `use` request, in order
         self._tube_sent = "default"  # the tube the server will use for the next put
         self._tube_acked = "default"  # the tube in effect for the next reply we read
@@ -160,10 +169,10 @@ class Putter:
             try:
                 if tube != self._tube_sent:
                     raw_tube = tube_bytes(tube)
-                    self._queue(b"use %s\r\n" % raw_tube, USE_REPLY_OVERHEAD + len(raw_tube))
                     self._expect.append(_USE)
                     self._expect_tubes.append(tube)
                     self._tube_sent = tube
+                    self._queue(b"use %s\r\n" % raw_tube, USE_REPLY_OVERHEAD + len(raw_tube))
                 header = b"put %d %d %d " % (
                     self.priority if pri is None else check_u32("priority", pri),
                     self.delay if dly is None else check_u32("delay", dly),
@@ -177,9 +186,9 @@ class Putter:
                     row=row,
                     acknowledged=self.stats.rows,
                 ) from exc
-            self._queue(b"%s%d\r\n%s\r\n" % (header, len(body), body), MAX_PUT_REPLY)
             self._expect.append(row)
             self._next_row += 1
+            self._queue(b"%s%d\r\n%s\r\n" % (header, len(body), body), MAX_PUT_REPLY)
             self.stats.per_tube[tube] = self.stats.per_tube.get(tube, 0) + 1
             self.stats.body_bytes += len(body)
 
@@ -187,10 +196,10 @@ class Putter:
         # The hot path: every row takes the defaults, so one header serves them all.
         if self.default_tube != self._tube_sent:
             raw_tube = tube_bytes(self.default_tube)
-            self._queue(b"use %s\r\n" % raw_tube, USE_REPLY_OVERHEAD + len(raw_tube))
             self._expect.append(_USE)
             self._expect_tubes.append(self.default_tube)
             self._tube_sent = self.default_tube
+            self._queue(b"use %s\r\n" % raw_tube, USE_REPLY_OVERHEAD + len(raw_tube))
         header = b"put %d %d %d " % (self.priority, self.delay, self.ttr)
         expect = self._expect
         total = 0
@@ -208,6 +217,7 @@ class Putter:
                 total += len(body)
                 i += 1
             expect.extend(range(self._next_row, self._next_row + i - start))
+            self._unsent += i - start
             self._next_row += i - start
             self._out_reply_bytes += MAX_PUT_REPLY * (i - start)
             self._maybe_flush()
@@ -216,6 +226,8 @@ class Putter:
         self.stats.body_bytes += total
 
     def _queue(self, request: bytes, reply_bound: int) -> None:
+        # The caller has appended the request's expectation to _expect.
+        self._unsent += 1
         self._out += request
         self._out_reply_bytes += reply_bound
         self._maybe_flush()
@@ -240,16 +252,20 @@ class Putter:
         self._inflight_reply_bytes += self._out_reply_bytes
         self._out = bytearray()
         self._out_reply_bytes = 0
+        self._unsent = 0
 
     def _lost(self, exc: BaseException | None) -> NoReturn:
         detail = f": {exc}" if exc is not None else ""
+        sent = len(self._expect) - self._unsent
+        unconfirmed = sum(1 for i, e in enumerate(self._expect) if i < sent and e >= 0)
         raise PutFailed(
             f"{self._where()}: connection to beanstalkd at {self.address} lost{detail}; "
-            f"{self._acked} rows were acknowledged, later rows are unconfirmed",
+            f"{self._acked} rows were acknowledged, {unconfirmed} sent rows are unconfirmed",
             reply="CONNECTION_LOST",
             partition=self.partition,
             row=next((e for e in self._expect if e >= 0), None),
             acknowledged=self._acked,
+            unconfirmed=unconfirmed,
         ) from exc
 
     def _read_replies(self) -> None:
@@ -258,9 +274,18 @@ class Putter:
         self._receive()
         if self._failure is None:
             return
-        # Stop sending; the replies still in flight make the counts we report exact.
-        while self._expect:
+        self._raise_failure()
+
+    def _raise_failure(self) -> NoReturn:
+        # Stop sending; the replies to what was sent make the counts we report exact. The
+        # requests still in _out were never sent: waiting for their replies would hang.
+        while len(self._expect) > self._unsent:
             self._receive()
+        assert self._failure is not None
+        unsent = self._unsent
+        self._out = bytearray()
+        self._expect.clear()
+        self._unsent = 0
         row, tube, line = self._failure
         err: BeanstalkdError = error_for(line)
         reply = line.decode("ascii", "replace")
@@ -268,7 +293,8 @@ class Putter:
         raise PutFailed(
             f"{self._where()}: {what} (tube {tube!r}): server replied {reply} "
             f"({type(err).__name__}); {self._failed_rows} rows failed, {self._acked} rows "
-            f"of this partition were enqueued",
+            f"of this partition were enqueued"
+            + (f", {unsent} queued requests were not sent" if unsent else ""),
             reply=reply,
             partition=self.partition,
             row=row,

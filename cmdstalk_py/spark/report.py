@@ -113,24 +113,36 @@ def _top_failures(events: DataFrame, keys: list[str]) -> DataFrame:
     return top.groupBy(*keys).agg(F.array_join(text, ", ").alias("top_failures"))
 
 
+def _rate(jobs: Column, start: Column, end: Column) -> Column:
+    """The one definition of jobs/s: jobs over the seconds from ``start`` to ``end`` (null
+    when that is not positive)."""
+    span = F.unix_micros(end) - F.unix_micros(start)
+    return F.when(span > 0, jobs / (span / F.lit(1e6))).otherwise(F.lit(None))
+
+
 def window_metrics(events: DataFrame, window: WindowSize) -> DataFrame:
-    """One row per tube and window (by job start) with counts, rates and percentiles."""
+    """One row per tube and window (by job start) with counts, rates and percentiles.
+
+    ``jobs_per_s`` divides by the part of the window the tube's log covers (its first
+    start to its last end), as ``tube_totals`` does for the whole log: a log shorter than
+    the window gets the same rate in both tables, not one diluted by the empty rest."""
     keyed = events.withColumn("_w", F.window("start_ts", window.interval))
     keys = ["tube", "_w"]
     metrics = _finish(keyed.groupBy(*keys).agg(*_outcome_aggs()))
     metrics = metrics.join(_top_failures(keyed, keys), keys, "left")
-    rest = [c for c in metrics.columns if c not in keys]
-    return (
-        metrics.select(
-            "tube",
-            F.col("_w.start").alias("window_start"),
-            F.col("_w.end").alias("window_end"),
-            F.to_date(F.col("_w.start")).alias("date"),
-            *rest,
-        )
-        .withColumn("jobs_per_s", F.col("jobs") / F.lit(float(window.seconds)))
-        .withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
-    )
+    spans = events.groupBy("tube").agg(F.min("start_ts").alias("_t0"), F.max("end_ts").alias("_t1"))
+    metrics = metrics.join(spans, ["tube"], "left")
+    rest = [c for c in metrics.columns if c not in (*keys, "_t0", "_t1")]
+    covered_from = F.greatest(F.col("_w.start"), F.col("_t0"))
+    covered_to = F.least(F.col("_w.end"), F.col("_t1"))
+    return metrics.select(
+        "tube",
+        F.col("_w.start").alias("window_start"),
+        F.col("_w.end").alias("window_end"),
+        F.to_date(F.col("_w.start")).alias("date"),
+        *rest,
+        _rate(F.col("jobs"), covered_from, covered_to).alias("jobs_per_s"),
+    ).withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
 
 
 def tube_totals(events: DataFrame) -> DataFrame:
@@ -142,13 +154,9 @@ def tube_totals(events: DataFrame) -> DataFrame:
             F.max("end_ts").alias("last_end"),
         )
     )
-    span = F.unix_micros(F.col("last_end")) - F.unix_micros(F.col("first_start"))
     return (
         metrics.join(_top_failures(events, ["tube"]), ["tube"], "left")
-        .withColumn(
-            "jobs_per_s",
-            F.when(span > 0, F.col("jobs") / (span / F.lit(1e6))).otherwise(F.lit(None)),
-        )
+        .withColumn("jobs_per_s", _rate(F.col("jobs"), F.col("first_start"), F.col("last_end")))
         .withColumn("top_failures", F.coalesce(F.col("top_failures"), F.lit("")))
     )
 
@@ -201,6 +209,23 @@ def _small_table(df: DataFrame) -> Any:
     return pd.DataFrame.from_records([r.asDict() for r in df.collect()], columns=df.columns)
 
 
+class ReportError(Exception):
+    """The report could not be written where the driver can read it."""
+
+
+def check_visible(dataset: Path, rows: int) -> None:
+    """ReportError unless the driver sees the Parquet files of ``dataset`` (when it has
+    rows). Executors write their part files to their own file systems: with a local path
+    on a cluster whose machines do not share it, the driver finds only ``_SUCCESS``."""
+    if rows and not any(dataset.rglob("*.parquet")):
+        raise ReportError(
+            f"the executors wrote {dataset} where this machine cannot see it (only "
+            f"{', '.join(sorted(p.name for p in dataset.iterdir())) or 'nothing'} is here): "
+            "on a cluster, --out must be storage every machine shares at the same path "
+            "(NFS, or a directory on a one-machine cluster)"
+        )
+
+
 def build_report(
     spark: SparkSession,
     events_paths: str | list[str],
@@ -218,7 +243,8 @@ def build_report(
     from cmdstalk_py.spark.charts import write_html
 
     say = progress.step if progress is not None else (lambda message: None)
-    out_dir = Path(out)
+    # Absolute: executors resolve a relative path against their own working directory.
+    out_dir = Path(out).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"reading event logs {events_paths}")
     log = ev.read_events(spark, events_paths)
@@ -228,9 +254,11 @@ def build_report(
     say(f"{n_events} events, {n_rejected} lines rejected")
     say("writing events Parquet (partitioned by tube, date)")
     events.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "events"))
+    check_visible(out_dir / "events", n_events)
     say(f"computing {window.label} windows per tube")
     windows = window_metrics(events, window).cache()
     windows.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "windows"))
+    check_visible(out_dir / "windows", n_events)
     windows_pdf = _small_table(windows.select(*SUMMARY_COLUMNS).orderBy("tube", "window_start"))
     totals_pdf = _small_table(tube_totals(events).select(*TOTAL_COLUMNS).orderBy("tube"))
     summary_csv = out_dir / "summary.csv"

@@ -4,7 +4,8 @@ Every run gets its own temporary directory holding ``spark.local.dir`` (shuffle 
 the SQL warehouse and the JVM's ``java.io.tmpdir``, so concurrent runs on one machine never
 share scratch space, and the directory is removed when the session stops. The JVM gets a
 log4j2 configuration at ERROR level from its first line, so the terminal shows our progress
-lines rather than Spark's start-up chatter.
+lines rather than Spark's start-up chatter. On a cluster these paths are the driver's
+alone: executors keep their workers' own scratch directories and log configuration.
 """
 
 from __future__ import annotations
@@ -51,8 +52,38 @@ def prepare_environment(master: str) -> None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
-def session_conf(run_dir: Path, log_level: str = "ERROR") -> dict[str, str]:
-    """Spark settings that keep a run's scratch files under ``run_dir`` and the log quiet."""
+DEFAULT_MASTER = "local[*]"
+
+
+def resolve_master(explicit: str | None, conf: Mapping[str, str] | None = None) -> str:
+    """The master to use: one given explicitly, else ``spark.master`` in ``conf``, else the
+    one ``spark-submit`` (or a running pyspark shell) set, else ``local[*]``.
+
+    A JVM that spark-submit started is already there (``PYSPARK_GATEWAY_PORT``), and its
+    settings are read from it; otherwise no JVM is started just to ask, because the driver's
+    JVM options can only be given when it starts.
+    """
+    if explicit:
+        return explicit
+    if conf and conf.get("spark.master"):
+        return conf["spark.master"]
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM, starts none
+        submitted = SparkConf().get("spark.master", None)
+        if submitted:
+            return str(submitted)
+    return DEFAULT_MASTER
+
+
+def session_conf(run_dir: Path, log_level: str = "ERROR", local: bool = True) -> dict[str, str]:
+    """Spark settings that keep a run's scratch files under ``run_dir`` and the log quiet.
+
+    On a cluster (``local`` false) executors get none of these paths: they exist only on
+    the driver's machine. The executors use their workers' scratch directories and log
+    configuration.
+    """
     local_dir = run_dir / "local"
     warehouse = run_dir / "warehouse"
     java_tmp = run_dir / "java-tmp"
@@ -61,11 +92,15 @@ def session_conf(run_dir: Path, log_level: str = "ERROR") -> dict[str, str]:
     log4j = run_dir / "log4j2.properties"
     log4j.write_text(_LOG4J2.format(level=log_level.lower()))
     java_opts = f"-Djava.io.tmpdir={java_tmp} -Dlog4j2.configurationFile={log4j}"
-    return {
-        "spark.local.dir": str(local_dir),
+    paths = {
         "spark.sql.warehouse.dir": str(warehouse),
         "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
+    }
+    if local:
+        paths["spark.local.dir"] = str(local_dir)
+        paths["spark.executor.extraJavaOptions"] = java_opts
+    return {
+        **paths,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # Event times are UTC in the log; windows and date partitions must be too.
@@ -78,7 +113,7 @@ def session_conf(run_dir: Path, log_level: str = "ERROR") -> dict[str, str]:
 
 @contextmanager
 def spark_session(
-    master: str = "local[2]",
+    master: str | None = None,
     app_name: str = "cmdstalk-spark",
     tmp_root: str | Path | None = None,
     log_level: str = "ERROR",
@@ -86,7 +121,8 @@ def spark_session(
 ) -> Iterator[SparkSession]:
     """Start a SparkSession with a private temp dir; stop it and remove the dir on exit.
 
-    ``conf`` entries override the defaults from :func:`session_conf`. The ``beanstalkd``
+    ``master`` None: see :func:`resolve_master`. ``conf`` entries override the defaults
+    from :func:`session_conf`. The ``beanstalkd``
     data source is registered on the session. When this thread already has an active
     session (an application or a test suite calling the CLI in-process), that session is
     used as it is and left running.
@@ -100,11 +136,13 @@ def spark_session(
         register(active)
         yield active
         return
+    master = resolve_master(master, conf)
     prepare_environment(master)
     run_dir = Path(tempfile.mkdtemp(prefix="cmdstalk-spark-", dir=tmp_root))
     try:
-        settings = session_conf(run_dir, log_level)
+        settings = session_conf(run_dir, log_level, local=master.startswith("local"))
         settings.update(conf or {})
+        settings.pop("spark.master", None)
         builder = SparkSession.builder.master(master).appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)

@@ -164,3 +164,23 @@ def test_export_failure_is_reported_and_leaves_no_file(tmp_path: Path) -> None:
     )
     assert run.exit_code == 1 and "export failed, nothing deleted" in run.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_export_never_overwrites_yesterdays_dead_letters(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "dead.parquet"
+    bury_jobs(beanstalk, "dlq", 3)
+    args = ["export-buried", "--address", beanstalk.address, "--tube", "dlq", "--out", str(out)]
+    first = CliRunner().invoke(main, [*args, "--delete"])
+    assert first.exit_code == 0, first.output
+    assert (out.stat().st_mode & 0o777) == 0o600
+    yesterday = out.read_bytes()
+    bury_jobs(beanstalk, "dlq", 1)
+    again = CliRunner().invoke(main, [*args, "--delete"])  # the same command, a day later
+    assert again.exit_code == 1 and "exists" in again.output and "--overwrite" in again.output
+    assert out.read_bytes() == yesterday and tube_counts(beanstalk, "dlq") == (1, 0, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dead.parquet"]
+    forced = CliRunner().invoke(main, [*args, "--overwrite"])
+    assert forced.exit_code == 0, forced.output
+    assert pq.read_table(out).num_rows == 1

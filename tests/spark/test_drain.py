@@ -126,3 +126,56 @@ def test_drain_stops_at_max_jobs(spark: SparkSession, beanstalk: BeanstalkServer
     summary = drain(spark, config, 2, max_jobs=5, idle_timeout=2)
     assert summary.jobs == 5 and summary.outcomes == {("many", "deleted"): 5}
     assert beanstalk.client().stats_tube("many")["current-jobs-ready"] == 7
+
+
+def test_brokers_follow_the_backlog() -> None:
+    from cmdstalk_py.spark.drain import broker_shares
+
+    # --parallelism 2 over 3 tubes: the big tube gets two brokers, the others one each.
+    assert broker_shares(("a", "b", "big"), 2, {"a": 10, "b": 10, "big": 1000}) == {
+        "a": 1,
+        "b": 1,
+        "big": 2,
+    }
+    plan = plan_brokers(("a", "b", "big"), 2, None, {"a": 10, "b": 10, "big": 1000})
+    assert sorted(len([s for s in t if s.tube == "big"]) for t in plan) == [1, 1]
+    assert broker_shares(("a", "b"), 4, {}) == {"a": 2, "b": 2}
+
+
+@pytest.mark.spark
+def test_drain_gives_up_on_an_unreachable_server(spark: SparkSession) -> None:
+    import time
+
+    from cmdstalk_py.spark.cli import main
+    from tests.helpers import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    args = ["drain", "--address", address, "--tubes", "t", "--cmd", "true"]
+    run = CliRunner().invoke(main, [*args, "--connect-timeout", "2"])
+    assert run.exit_code == 1 and "cannot reach beanstalkd" in run.output, run.output
+    assert address in run.output and time.monotonic() - started < 30
+
+
+@pytest.mark.spark
+def test_drain_runs_commands_in_cwd_with_the_drivers_environment(
+    spark: SparkSession, beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    from cmdstalk_py.spark.cli import main
+
+    work = tmp_path / "app"
+    work.mkdir()
+    (work / "worker.sh").write_text(
+        'read -r body; echo "$body $PWD ${FROM_DRIVER-} ${OMP_NUM_THREADS-unset}" >> seen\n'
+        "sleep 0.5\n"
+    )
+    client = beanstalk.client(use="env")
+    for i in range(8):
+        client.put(f"job{i}")
+    args = ["drain", "--address", beanstalk.address, "--tubes", "env", "--cmd", "sh worker.sh"]
+    args += ["--cwd", str(work), "--idle-timeout", "1", "--events", str(tmp_path / "ev.jsonl")]
+    run = CliRunner(env={"FROM_DRIVER": "yes"}).invoke(main, args)
+    assert run.exit_code == 0, run.output
+    lines = sorted((work / "seen").read_text().splitlines())
+    assert lines == [f"job{i} {work} yes unset" for i in range(8)], lines
+    assert "env: " in run.output and "done" in run.output  # progress from the driver

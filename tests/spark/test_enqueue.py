@@ -256,3 +256,40 @@ def test_idempotency_key_is_the_body_sha256(spark: SparkSession) -> None:
         for row in with_idempotency_key(df).collect():
             raw = row["body"].encode() if isinstance(row["body"], str) else bytes(row["body"])
             assert row["idempotency_key"] == "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def test_cli_enqueue_reads_standard_csv_quoting(
+    spark: SparkSession, beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    import csv as pycsv
+
+    from cmdstalk_py.spark.cli import main
+
+    bodies = ['{"numbers": [1, 1.5]}', 'two\nlines, "quoted"', "plain", 'a ""doubled"" one']
+    path = tmp_path / "jobs.csv"
+    with path.open("w", newline="") as f:  # as Python's csv, pandas and spreadsheets write
+        writer = pycsv.writer(f)
+        writer.writerow(["body", "priority"])
+        writer.writerows([b, i] for i, b in enumerate(bodies))
+    args = ["enqueue", str(path), "--format", "csv", "--tube", "rfc"]
+    result = CliRunner().invoke(main, [*args, "--address", beanstalk.address])
+    assert result.exit_code == 0, result.output
+    assert sorted(drain_tube(beanstalk.address, "rfc")) == sorted(b.encode() for b in bodies)
+
+
+def test_cli_enqueue_refuses_malformed_csv_before_any_job(
+    spark: SparkSession, beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    from cmdstalk_py.spark.cli import main
+
+    for name, text in {
+        "unterminated.csv": 'body\nfirst\n"never closed\nlast\n',
+        "extra-field.csv": "body,priority\nfirst,1\nsecond,2,surplus\n",
+    }.items():
+        path = tmp_path / name
+        path.write_text(text)
+        args = ["enqueue", str(path), "--format", "csv", "--address", beanstalk.address]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1, result.output
+        assert "malformed CSV" in result.output and "nothing was enqueued" in result.output
+        assert beanstalk.client().stats()["total-jobs"] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -12,7 +13,7 @@ import pytest
 
 from cmdstalk_py.client.names import DEFAULT_PORT, check_u32, parse_address
 from cmdstalk_py.spark.putter import MAX_PUT_REPLY, PutFailed, Putter
-from tests.helpers import BeanstalkServer, free_port
+from tests.helpers import BeanstalkServer, free_port, running_beanstalkd
 from tests.spark.rawjobs import drain_tube
 
 
@@ -175,3 +176,27 @@ def test_putter_large_bodies_span_many_chunks(beanstalk: BeanstalkServer) -> Non
         put.put_batch(bodies)
         assert put.finish().body_bytes == 2_400_000
     assert sorted(drain_tube(beanstalk.address, "large")) == sorted(bodies)
+
+
+def test_error_after_the_first_window_fails_at_once_naming_the_row() -> None:
+    # A server that accepts 1-byte bodies only: row 300 is refused long after the first
+    # window. The putter must not wait for replies to requests it never sent.
+    with running_beanstalkd("-z", "1") as server:
+        bodies = [b"x"] * 300 + [b"too big"] + [b"x"] * 700
+        started = time.monotonic()
+        with (
+            Putter(
+                server.address, tube="w", partition=3, budget=MAX_PUT_REPLY * 20, timeout=20
+            ) as put,
+            pytest.raises(PutFailed) as info,
+        ):
+            put.put_batch(bodies)
+            put.finish()
+        elapsed = time.monotonic() - started
+        err = info.value
+        assert (err.reply, err.partition, err.row) == ("JOB_TOO_BIG", 3, 300), str(err)
+        assert elapsed < 10, f"took {elapsed:.1f}s: waited for replies never due"
+        assert "partition 3" in str(err) and "row 300" in str(err)
+        # What the error counts as enqueued is what the server holds.
+        held = server.client().stats_tube("w")["current-jobs-ready"]
+        assert err.acknowledged == held and 300 <= held < 1000

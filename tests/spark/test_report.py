@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -165,3 +167,68 @@ def test_window_parsing() -> None:
     for bad in ("", "0h", "1w", "h", "-1h"):
         with pytest.raises(ValueError):
             parse_window(bad)
+
+
+class _Tables(HTMLParser):
+    """The cells of every <table> in a page: tables -> rows -> cell texts (<br> = newline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "br" and self._cell is not None:
+            self._cell.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_a_short_log_reads_well(spark: SparkSession, tmp_path: Path) -> None:
+    from cmdstalk_py.spark.charts import tube_figure
+    from cmdstalk_py.spark.report import build_report, parse_window
+
+    failing = [(Outcome.BURIED, {"exit_code": 70 + i % 4}) for i in range(12)]
+    plan = [(Outcome.DELETED, {"exit_code": 0})] * 30 + failing
+    jobs = [
+        result("short", i, T10 + 600 + i * 0.5, 40 + i, o, **kw) for i, (o, kw) in enumerate(plan)
+    ]
+    (tmp_path / "short.jsonl").write_bytes(
+        b"".join(encode_line(event_record(r, "h", 1)) for r in jobs)
+    )
+    files = build_report(spark, str(tmp_path / "short.jsonl"), tmp_path / "out", parse_window("1h"))
+    windows = pd.read_csv(files.summary_csv)
+    tubes = pd.read_csv(files.tubes_csv)
+    # One definition of jobs/s: a log shorter than the window has one rate in both tables.
+    assert windows["jobs_per_s"][0] == pytest.approx(tubes["jobs_per_s"][0])
+    assert tubes["jobs_per_s"][0] == pytest.approx(42 / (20.5 + 0.081), rel=0.01)
+    fig = tube_figure(windows, "short")
+    axes = fig.get_axes()
+    assert len(axes) == 3 and len(axes[1].patches) >= 2  # throughput, outcomes, latency
+    assert all(ax.get_ylim()[0] == 0 for ax in axes)
+    low, high = axes[2].get_xlim()  # days: the axis spans the one hour window, not years
+    assert 0 < high - low <= 1 / 24 + 1e-9
+    parser = _Tables()
+    parser.feed(files.html.read_text())
+    for table in parser.tables:
+        header = table[0]
+        assert "top failures" in header[: len(header) // 2 + 6], header
+        # Characters of the widest line per column, at ~7.5 px each plus cell padding.
+        widths = [
+            max(len(line) for row in table for line in row[i].split("\n"))
+            for i in range(len(header))
+        ]
+        assert sum(w * 7.5 + 14 for w in widths) < 1400 - 64, (header, widths)

@@ -33,6 +33,7 @@ class Session:
         "waiting",
         "wake_seq",
         "watch",
+        "watch_index",
         "worker",
     )
 
@@ -40,6 +41,9 @@ class Session:
         self.use = default
         # Order matters for list-tubes-watched (1.12 appends, and swap-removes on ignore).
         self.watch: list[Tube] = [default]
+        # Each watched tube's position in ``watch``: watch and ignore look a tube up here
+        # instead of scanning the list, whose length the client chooses.
+        self.watch_index: dict[Tube, int] = {default: 0}
         self.reserved: dict[Job, None] = {}
         self.waiting = False
         # When a blocked reserve-with-timeout gives up (None: never).

@@ -11,8 +11,10 @@ interleaved rounds so that background load on a shared machine hits both alike:
 * start-up time from Popen to the first accepted connection.
 
 ``--durable`` measures the binlog modes instead (``-b DIR -f 50`` and ``-f 0``) plus the
-recovery time of a crashed server. ``--saturation`` shows that the load generator saturates
-the real beanstalkd. Run ``python benchmarks/server.py --help`` for the options.
+recovery time of a crashed server. ``--fairness`` measures another client's worst wait
+while one client pipelines a burst of ``watch`` or ``reserve-with-timeout 0`` instead.
+``--saturation`` shows that the load generator saturates the real beanstalkd. Run
+``python benchmarks/server.py --help`` for the options.
 
 Exit status: 0 when every measurement ran (targets missed or not), 1 with ``--strict`` when
 a target was missed, 2 when a server could not be started or answered wrongly.
@@ -253,6 +255,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--binlog-root", type=Path, metavar="DIR",
                         help="where --durable makes its binlog directories (default: $TMPDIR)")
     parser.add_argument("--recovery-jobs", type=int, help="jobs in the log for recovery time")
+    parser.add_argument("--fairness", action="store_true",
+                        help="another client's worst wait during pipelined bursts instead")
     parser.add_argument("--saturation", action="store_true",
                         help="show that the load generator saturates the real beanstalkd")
     parser.add_argument("--profile", type=Path, metavar="PATH",
@@ -285,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
 
             print(saturation(kinds[0], plan))
             return 0
-        if args.durable:
+        if args.fairness:
+            from server_fairness import BURSTS, QUICK_BURSTS, fairness_suite
+
+            figures = fairness_suite(kinds, QUICK_BURSTS if args.quick else BURSTS)
+            title = "Fairness under pipelining: bundled vs real beanstalkd"
+        elif args.durable:
             from server_durable import durable_suite
 
             figures, errors = durable_suite(kinds, plan, args.binlog_root)

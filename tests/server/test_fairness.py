@@ -82,6 +82,29 @@ def test_watching_many_tubes_costs_the_same_per_tube() -> None:
         assert head.startswith(b"OK ")
 
 
+def pipeline(sock: socket.socket, data: bytes, replies: int, seconds: float) -> bytes:
+    """Write ``data`` from a thread while reading its ``replies`` lines here."""
+    writer = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
+    writer.start()
+    try:
+        return read_lines(sock, replies, time.monotonic() + seconds)
+    finally:
+        writer.join(seconds)
+
+
+def test_polling_while_holding_many_reservations_costs_the_same_per_poll() -> None:
+    # Each reserve that finds no job asks whether a reservation is about to time out
+    # (DEADLINE_SOON); that was a scan of all of them, so polling while holding many was
+    # quadratic (20,000 polls holding 20,000 jobs: half a minute).
+    count = 20_000
+    with running(BUNDLED) as server, socket.create_connection(server.address) as sock:
+        pipeline(sock, b"put 0 0 600 1\r\nx\r\n" * count, count, 30.0)
+        reserved = pipeline(sock, b"reserve-with-timeout 0\r\n" * count, 2 * count, 30.0)
+        assert reserved.count(b"RESERVED ") == count
+        polls = pipeline(sock, b"reserve-with-timeout 0\r\n" * count, count, 10.0)
+        assert polls == b"TIMED_OUT\r\n" * count
+
+
 WATCH_SCRIPT = (
     b"watch a\r\nwatch b\r\nwatch c\r\nwatch d\r\nwatch b\r\nignore b\r\nignore default\r\n"
     b"watch e\r\nignore zz\r\nignore a\r\nwatch b\r\nignore e\r\nlist-tubes-watched\r\n"

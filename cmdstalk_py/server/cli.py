@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from cmdstalk_py.server import limits as p
 from cmdstalk_py.server.config import (
@@ -21,6 +22,9 @@ from cmdstalk_py.server.config import (
     ServerConfig,
 )
 from cmdstalk_py.server.listen import open_listener
+
+if TYPE_CHECKING:
+    from cmdstalk_py.server.binlog.fsops import FileOps
 
 VERSION = "1.12"
 
@@ -148,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if max_job_size > p.MAX_JOB_SIZE_CAP:
         sys.stderr.write(f"cmdstalk-server: maximum job size was set to {p.MAX_JOB_SIZE_CAP}\n")
         max_job_size = p.MAX_JOB_SIZE_CAP
+    # The binlog directory's lock comes before the address: a second server refused by the
+    # lock must never touch the first one's socket.
+    file_ops = _lock_binlog(args.binlog_dir) if args.binlog_dir else None
     try:
         sock = open_listener(args.listen, args.port)
     except OSError as exc:
@@ -165,4 +172,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         segment_size=args.binlog_size,
         freeze_recovered=True,  # this process is nothing but the server
     )
-    raise SystemExit(serve(sock, config, early, args.verbose))
+    raise SystemExit(serve(sock, config, early, args.verbose, file_ops))
+
+
+def _lock_binlog(directory: str) -> FileOps:
+    from cmdstalk_py.server.binlog import BinlogError
+    from cmdstalk_py.server.durable import lock_directory
+
+    try:
+        return lock_directory(directory)
+    except BinlogError as exc:
+        sys.stderr.write(f"cmdstalk-server: {exc}\n")
+        raise SystemExit(1) from None

@@ -32,9 +32,12 @@ that importing ``cmdstalk_py.server.limits`` stays light.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+# typing.TYPE_CHECKING without importing typing, which ``cmdstalk-server`` would otherwise
+# load before it listens (mypy knows the name).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from cmdstalk_py.server.embedded import EmbeddedServer
 
 __all__ = ["EmbeddedServer"]

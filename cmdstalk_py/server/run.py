@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 class SignalFlags(Protocol):
-    """Signals seen before the loop took over (see ``cli.EarlySignals``)."""
+    """Signals seen before the loop took over (``cli.EarlySignals``)."""
 
     stop: bool
     drain: bool

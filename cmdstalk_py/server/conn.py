@@ -3,8 +3,9 @@
 A ``ServerConn`` is watched directly by the server's ``loop.Loop`` (its epoll set): a
 readable socket costs one ``recv_into``, its replies one ``send``. What the bytes mean is
 the ``framing.Framer``'s business: the connection feeds it what it reads, runs the events
-that come out against the engine, and writes the replies of one batch together. A
-blocked reserve holds the connection's later commands until it is answered.
+that come out against the engine in turns (a bounded amount of work each, the rest on the
+next loop iteration) and writes the replies of one turn together. A blocked reserve
+holds the connection's later commands until it is answered.
 
 Memory per connection is bounded: unprocessed input past ``INPUT_LIMIT`` stops reading
 while commands are held back (the kernel buffers the rest), unsent output past

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,6 +220,24 @@ def startup_seconds(kind: ServerKind, extra: Sequence[str] = ()) -> tuple[float,
                 proc.kill()
             proc.wait()
     raise ServerStartError(f"{kind.name} exited before accepting ({' '.join(argv)})")
+
+
+@contextmanager
+def busy_cores(count: int | None = None) -> Iterator[None]:
+    """Keep ``count`` (default: every) cores busy with ``yes > /dev/null`` meanwhile.
+
+    Each hog is also bounded by timeout(1), should this process die before it stops them.
+    """
+    hogs = [
+        subprocess.Popen(["timeout", "600", "yes"], stdout=subprocess.DEVNULL)
+        for _ in range(count or os.cpu_count() or 2)
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def machine_busy_seconds() -> float:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,15 +228,19 @@ def busy_cores(count: int | None = None) -> Iterator[None]:
 
     Each hog is also bounded by timeout(1), should this process die before it stops them.
     """
+    # Each in its own process group: timeout(1) runs yes in it, and killing the group
+    # stops both (killing timeout alone would leave yes running).
     hogs = [
-        subprocess.Popen(["timeout", "600", "yes"], stdout=subprocess.DEVNULL)
+        subprocess.Popen(["timeout", "600", "yes"], stdout=subprocess.DEVNULL,
+                         start_new_session=True)
         for _ in range(count or os.cpu_count() or 2)
     ]
     try:
         yield
     finally:
         for hog in hogs:
-            hog.kill()
+            with suppress(ProcessLookupError):
+                os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
 
 

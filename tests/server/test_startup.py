@@ -89,16 +89,20 @@ def test_nothing_heavy_is_loaded_before_listening() -> None:
 
 @contextmanager
 def both_cores_busy() -> Iterator[None]:
-    # Bounded by timeout(1) too, in case this process dies before its finally.
+    # Bounded by timeout(1) too, in case this process dies before its finally. Each in its
+    # own process group, which timeout runs yes in: killing the group stops both (killing
+    # timeout alone would leave yes running).
     hogs = [
-        subprocess.Popen(["timeout", "120", "yes"], stdout=subprocess.DEVNULL)
+        subprocess.Popen(["timeout", "120", "yes"], stdout=subprocess.DEVNULL,
+                         start_new_session=True)
         for _ in range(max(2, os.cpu_count() or 2))
     ]
     try:
         yield
     finally:
         for hog in hogs:
-            hog.kill()
+            with suppress(ProcessLookupError):
+                os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
 
 

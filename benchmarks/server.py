@@ -8,11 +8,14 @@ interleaved rounds so that background load on a shared machine hits both alike:
 * put → reserve → delete request/response cycles on 1 and on 16 connections (cycles/s),
 * draining ready jobs with 4 connections (jobs/s),
 * resident memory per stored job (32-byte bodies),
-* start-up time from Popen to the first accepted connection.
+* start-up time from Popen to the first accepted connection, idle and with every core
+  busy (``yes > /dev/null`` on each).
 
 ``--durable`` measures the binlog modes instead (``-b DIR -f 50`` and ``-f 0``) plus the
-recovery time of a crashed server. ``--saturation`` shows that the load generator saturates
-the real beanstalkd. Run ``python benchmarks/server.py --help`` for the options.
+recovery time of a crashed server. ``--fairness`` measures another client's worst wait
+while one client pipelines a burst of ``watch`` or ``reserve-with-timeout 0`` instead.
+``--saturation`` shows that the load generator saturates the real beanstalkd. Run
+``python benchmarks/server.py --help`` for the options.
 
 Exit status: 0 when every measurement ran (targets missed or not), 1 with ``--strict`` when
 a target was missed, 2 when a server could not be started or answered wrongly.
@@ -45,6 +48,7 @@ from server_procs import (
     ServerStartError,
     beanstalkd_kind,
     bundled_kind,
+    busy_cores,
     start_server,
     startup_seconds,
 )
@@ -164,23 +168,34 @@ def memory(kinds: list[ServerKind], plan: Plan) -> Figure:
 
 
 def startup(kinds: list[ServerKind], plan: Plan) -> list[Figure]:
-    """Median start-up times to the first accepted connection and to its first reply."""
+    """Median start-up times to the first accepted connection and to its first reply, then
+    to the first accepted connection with every core busy."""
     accept = Figure("startup_accept", "start-up to first accept", "ms", Goal.LIMIT,
                     limit=STARTUP_LIMIT)
     reply = Figure("startup_reply", "start-up to first reply", "ms", Goal.LIMIT,
                    limit=STARTUP_LIMIT)
-    runs: dict[str, list[tuple[float, float]]] = {k.name: [] for k in kinds}
-    for _ in range(plan.startup_runs):
-        for kind in kinds:  # interleaved, so load changes hit every kind alike
-            runs[kind.name].append(startup_seconds(kind))
+    busy = Figure("startup_accept_busy", "start-up to accept, cores busy", "ms", Goal.LIMIT,
+                  limit=STARTUP_LIMIT)
+    runs = _startup_runs(kinds, plan)
+    with busy_cores():
+        busy_runs = _startup_runs(kinds, plan)
     for name, pairs in runs.items():
-        for figure, values in ((accept, [a for a, _ in pairs]), (reply, [r for _, r in pairs])):
+        for figure, values in ((accept, [a for a, _ in pairs]), (reply, [r for _, r in pairs]),
+                               (busy, [a for a, _ in busy_runs[name]])):
             sample = StartupSample(values)
             figure.values[name] = sample.median
             figure.details[name] = sample.as_dict()
             log(f"  {figure.label} {name:<10} median {sample.median * 1000:.1f} ms"
                 f" (min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f})")
-    return [accept, reply]
+    return [accept, reply, busy]
+
+
+def _startup_runs(kinds: list[ServerKind], plan: Plan) -> dict[str, list[tuple[float, float]]]:
+    runs: dict[str, list[tuple[float, float]]] = {k.name: [] for k in kinds}
+    for _ in range(plan.startup_runs):
+        for kind in kinds:  # interleaved, so load changes hit every kind alike
+            runs[kind.name].append(startup_seconds(kind))
+    return runs
 
 
 def in_memory_suite(kinds: list[ServerKind], plan: Plan, profile: Path | None = None) -> (
@@ -253,6 +268,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--binlog-root", type=Path, metavar="DIR",
                         help="where --durable makes its binlog directories (default: $TMPDIR)")
     parser.add_argument("--recovery-jobs", type=int, help="jobs in the log for recovery time")
+    parser.add_argument("--fairness", action="store_true",
+                        help="another client's worst wait during pipelined bursts instead")
     parser.add_argument("--saturation", action="store_true",
                         help="show that the load generator saturates the real beanstalkd")
     parser.add_argument("--profile", type=Path, metavar="PATH",
@@ -285,7 +302,12 @@ def main(argv: list[str] | None = None) -> int:
 
             print(saturation(kinds[0], plan))
             return 0
-        if args.durable:
+        if args.fairness:
+            from server_fairness import BURSTS, QUICK_BURSTS, fairness_suite
+
+            figures = fairness_suite(kinds, QUICK_BURSTS if args.quick else BURSTS)
+            title = "Fairness under pipelining: bundled vs real beanstalkd"
+        elif args.durable:
             from server_durable import durable_suite
 
             figures, errors = durable_suite(kinds, plan, args.binlog_root)

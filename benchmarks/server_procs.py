@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,6 +172,28 @@ def startup_seconds(kind: ServerKind, extra: Sequence[str] = ()) -> tuple[float,
                 proc.kill()
             proc.wait()
     raise ServerStartError(f"{kind.name} exited before accepting ({' '.join(argv)})")
+
+
+@contextmanager
+def busy_cores(count: int | None = None) -> Iterator[None]:
+    """Keep ``count`` (default: every) cores busy with ``yes > /dev/null`` meanwhile.
+
+    Each hog is also bounded by timeout(1), should this process die before it stops them.
+    """
+    # Each in its own process group: timeout(1) runs yes in it, and killing the group
+    # stops both (killing timeout alone would leave yes running).
+    hogs = [
+        subprocess.Popen(["timeout", "600", "yes"], stdout=subprocess.DEVNULL,
+                         start_new_session=True)
+        for _ in range(count or os.cpu_count() or 2)
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            with suppress(ProcessLookupError):
+                os.killpg(hog.pid, signal.SIGKILL)
+            hog.wait()
 
 
 def machine_busy_seconds() -> float:

@@ -11,6 +11,7 @@ from server_measure import Sample
 REAL, BUNDLED = "beanstalkd", "bundled"
 THROUGHPUT_TARGET = 0.67
 MEMORY_TARGET = 2.0
+LATENCY_TARGET = 2.0
 # Below this demand the real server was idle part of the time: the load generator, not the
 # server, may have set its figure.
 SATURATED = 0.90
@@ -22,6 +23,7 @@ class Goal(enum.Enum):
     THROUGHPUT = "throughput"  # higher is better; ratio bundled/real >= THROUGHPUT_TARGET
     MEMORY = "memory"  # lower is better; ratio bundled/real <= MEMORY_TARGET
     LIMIT = "limit"  # lower is better; bundled's own value < Figure.limit (seconds)
+    LATENCY = "latency"  # lower is better (seconds); ratio bundled/real <= LATENCY_TARGET
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Figure:
             Goal.THROUGHPUT: f"ratio >= {THROUGHPUT_TARGET}",
             Goal.MEMORY: f"ratio <= {MEMORY_TARGET:g}",
             Goal.LIMIT: f"bundled < {_fmt_seconds(self.limit, self.unit, 0)} {self.unit}",
+            Goal.LATENCY: f"ratio <= {LATENCY_TARGET:g}",
         }[self.goal]
 
     @property
@@ -79,6 +82,8 @@ class Figure:
             return None
         if self.goal is Goal.THROUGHPUT:
             return ratio >= THROUGHPUT_TARGET
+        if self.goal is Goal.LATENCY:
+            return ratio <= LATENCY_TARGET
         return ratio <= MEMORY_TARGET
 
     def real_unsaturated(self) -> bool:
@@ -109,7 +114,7 @@ def _fmt_value(figure: Figure, kind: str) -> str:
     value = figure.values.get(kind)
     if value is None:
         return "-"
-    if figure.goal is Goal.LIMIT:
+    if figure.goal is Goal.LIMIT or figure.goal is Goal.LATENCY:
         return _fmt_seconds(value, figure.unit)
     return f"{value:,.0f}"
 
@@ -159,6 +164,11 @@ def table(figures: list[Figure], title: str) -> str:
     lines.append(
         "Throughput figures are the best of the rounds; start-up is the median of its runs."
     )
+    if any(f.goal is Goal.LATENCY for f in figures):
+        lines.append(
+            "worst wait: the slowest single request of another client (put, reserve, delete"
+            " in turn, on its own connection) while one connection's pipelined burst ran."
+        )
     if any(f.latency_bound for f in figures):
         lines.append(
             "A single request/response client measures round-trip latency: neither process"

@@ -2,15 +2,19 @@
 
 Modules, from the command line inwards:
 
-- ``cli``, ``__main__``: the ``cmdstalk-server`` command line (beanstalkd's flags);
-  ``config``: the server's settings and every default, once; ``assembly``: engine +
-  journal/binlog + loop + ``net.Server``, built and closed in one place for both ``run``
-  (serving in the foreground with signals) and ``embedded`` (``EmbeddedServer``, the same
-  server on a background thread); ``durable``: opening the binlog (``-b``).
-- ``listen``, ``net``, ``loop``: listening sockets, accepting connections and driving
-  timers and the journal on one epoll event loop.
-- ``conn``: ``ServerConn``, the server's end of one client connection: socket I/O, flow
-  control (input limit, output high/low water), held ``-f 0`` replies, closing;
+- ``cli``, ``__main__``: the ``cmdstalk-server`` command line, which takes the binlog lock
+  and listens before it loads anything heavy; ``flags``: its argparse parser (beanstalkd's
+  flags, every check, ``-h``); ``config``: the server's settings and every default, once;
+  ``assembly``: engine + journal/binlog + loop + ``net.Server``, built and closed in one
+  place for both ``run`` (serving in the foreground with signals) and ``embedded``
+  (``EmbeddedServer``, the same server on a background thread); ``durable``: opening the
+  binlog (``-b``) and locking its directory early.
+- ``listen``, ``net``, ``loop``: listening sockets (and the default address; a unix socket
+  path is only ever replaced when stale), accepting connections and driving timers and
+  the journal on one epoll event loop.
+- ``conn``: ``ServerConn``, the server's end of one client connection: socket I/O, its
+  turns (a bounded amount of work each, so that a pipelining client does not hold up the
+  others), flow control (input limit, output high/low water), held ``-f 0`` replies, closing;
   ``conn_state``: its ``State`` enum and allowed transitions.
 - ``framing``: the sans-IO ``Framer``: input bytes in, command events out (lines, put
   bodies, JOB_TOO_BIG skips, over-long lines); ``protocol``: command lines into ``verbs``
@@ -21,8 +25,9 @@ Modules, from the command line inwards:
 - ``engine``: the queue engine, driven by the caller's clock: every job state transition,
   answering with the job or an ``outcome``; ``store``: where a job sits for its state;
   ``alarms``: its timers; ``job``, ``tube`` (tubes, the set of live tubes), ``ready``,
-  ``heap``: its data structures; ``session``: a connection as the engine sees it, and the
-  DEADLINE_SOON rule; ``stats``: the YAML bodies of the stats commands.
+  ``heap``: its data structures; ``session``: a connection as the engine sees it (watch
+  list, reservations and the soonest of them), and the DEADLINE_SOON rule; ``stats``: the
+  YAML bodies of the stats commands.
 - ``journal``: the durability hook; ``binlog/``: the write-ahead log behind it (``codec``:
   every record's bytes; ``segment``: segment files and live-job accounting).
 
@@ -32,9 +37,12 @@ that importing ``cmdstalk_py.server.limits`` stays light.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+# typing.TYPE_CHECKING without importing typing, which ``cmdstalk-server`` would otherwise
+# load before it listens (mypy knows the name).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from cmdstalk_py.server.embedded import EmbeddedServer
 
 __all__ = ["EmbeddedServer"]

@@ -1,129 +1,150 @@
 """The ``cmdstalk-server`` command line: a drop-in for ``beanstalkd``'s flags.
 
-Kept import-light on purpose: clients' test suites give a freshly spawned server only a
-fraction of a second to accept connections.
+Start-up order, because clients' test suites give a freshly spawned server ~100 ms to
+accept connections, on machines that may be busy: read where to listen with next to no
+imports (:func:`quick_read`: the plain forms ``-l ADDR -p PORT ...``; anything else goes
+through argparse first), take the binlog lock (``-b``), bind and listen, and only then
+import argparse (``flags``: every flag checked), the engine and the loop. Clients that
+connect meanwhile wait in the listen backlog.
 """
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
-from collections.abc import Sequence
-from types import FrameType
 
-from cmdstalk_py.server import limits as p
-from cmdstalk_py.server.config import (
-    DEFAULT_FSYNC_MS,
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    DEFAULT_SEGMENT_SIZE,
-    ServerConfig,
-)
-from cmdstalk_py.server.listen import open_listener
+from cmdstalk_py.server.listen import DEFAULT_HOST, DEFAULT_PORT, bind_listener
 
-VERSION = "1.12"
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    import _socket
+    import argparse
+    from collections.abc import Sequence
+    from types import FrameType
 
-_DESCRIPTION = """\
-A beanstalkd 1.12-compatible work queue server.
+    from cmdstalk_py.server.binlog.fsops import FileOps
 
-Unlike beanstalkd, which listens on all interfaces (0.0.0.0) by default, cmdstalk-server
-listens on 127.0.0.1 unless -l says otherwise. SIGUSR1 enters drain mode (puts are answered
-DRAINING); SIGTERM and SIGINT stop the server."""
+#: Where to listen and which binlog directory to lock: (-l, -p, -b).
+Where = tuple[str, int, str | None]
+
+_VALUED = frozenset(("-l", "-p", "-z", "-b", "-f", "-s"))
+_NUMERIC = frozenset(("-p", "-z", "-f", "-s"))
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One clear line and exit status 2, like beanstalkd's usage errors.
-        sys.stderr.write(f"cmdstalk-server: {message} (see -h)\n")
-        raise SystemExit(2)
+def quick_read(argv: Sequence[str]) -> Where | None:
+    """``-l``, ``-p`` and ``-b`` from flags all in their plain forms (``-X VALUE``, ``-F``,
+    ``-V``, numbers as decimal digits, a port up to 65535); None for anything else (``-h``,
+    ``-v``, ``-p11300``, a mistake), which argparse reads first. What this accepts, argparse
+    reads the same way (``main`` checks).
+    """
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag in _VALUED:
+            value = argv[i + 1] if i + 1 < len(argv) else "-"
+            if value.startswith("-") or (
+                flag in _NUMERIC and not (value.isascii() and value.isdigit())
+            ):
+                return None
+            found[flag] = value
+            i += 2
+        elif flag == "-F" or (len(flag) > 1 and flag.lstrip("-") == "V" * (len(flag) - 1)):
+            i += 1
+        else:
+            return None
+    port = int(found.get("-p", DEFAULT_PORT))
+    if port > 65535:
+        return None
+    return found.get("-l", DEFAULT_HOST), port, found.get("-b") or None
 
 
-def _positive_int(text: str) -> int:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse beanstalkd-style flags and serve until SIGTERM/SIGINT."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = None
+    where = quick_read(words)
+    if where is None:
+        args = _parse(words)
+        if args.version:
+            from cmdstalk_py.server.flags import VERSION
+
+            print(f"cmdstalk-server {VERSION}")
+            return
+        where = _where(args)
+    listen, port, binlog_dir = where
+    # The binlog directory's lock comes before the address: a second server refused by the
+    # lock must never touch the first one's socket.
+    file_ops = _lock_binlog(binlog_dir) if binlog_dir else None
+    raw = _listen(listen, port)
+    # Listening: from here on, clients wait in the backlog while the rest loads.
+    early = EarlySignals()
+    if args is None:
+        args = _parse(words)
+        if _where(args) != where:
+            sys.stderr.write("cmdstalk-server: internal error: the flags read two ways\n")
+            raise SystemExit(2)
+    _serve(raw, args, early, file_ops)
+
+
+def _parse(words: Sequence[str]) -> argparse.Namespace:
+    from cmdstalk_py.server.flags import parse
+
+    return parse(words)
+
+
+def _where(args: argparse.Namespace) -> Where:
+    return args.listen, args.port, args.binlog_dir or None
+
+
+def _listen(listen: str, port: int) -> _socket.socket:
     try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
+        return bind_listener(listen, port)
+    except OSError as exc:
+        where = listen if listen.startswith("unix:") else f"{listen}:{port}"
+        sys.stderr.write(f"cmdstalk-server: cannot listen on {where}: {exc.strerror or exc}\n")
+        raise SystemExit(1) from None
 
 
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"invalid port: {text!r}")
-    return value
+def _serve(
+    raw: _socket.socket, args: argparse.Namespace, early: EarlySignals, file_ops: FileOps | None
+) -> None:
+    from cmdstalk_py.server import limits
+    from cmdstalk_py.server.config import ServerConfig
+    from cmdstalk_py.server.listen import as_socket
+    from cmdstalk_py.server.run import serve
+
+    max_job_size = args.max_job_size
+    if max_job_size > limits.MAX_JOB_SIZE_CAP:
+        cap = limits.MAX_JOB_SIZE_CAP
+        sys.stderr.write(f"cmdstalk-server: maximum job size was set to {cap}\n")
+        max_job_size = cap
+    config = ServerConfig(
+        max_job_size=max_job_size,
+        binlog_dir=args.binlog_dir or None,
+        fsync_ms=args.fsync_ms,
+        segment_size=args.binlog_size,
+        freeze_recovered=True,  # this process is nothing but the server
+    )
+    raise SystemExit(serve(as_socket(raw), config, early, args.verbose, file_ops))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (``-h`` prints its help)."""
-    ap = _Parser(
-        prog="cmdstalk-server",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        add_help=False,
-    )
-    ap.add_argument(
-        "-l",
-        dest="listen",
-        metavar="ADDR",
-        default=DEFAULT_HOST,
-        help="listen on address ADDR, or unix:PATH for a unix socket "
-        f"(default {DEFAULT_HOST}; beanstalkd's default is all interfaces)",
-    )
-    ap.add_argument(
-        "-p",
-        dest="port",
-        metavar="PORT",
-        type=_port,
-        default=DEFAULT_PORT,
-        help=f"listen on TCP port PORT (default {DEFAULT_PORT})",
-    )
-    ap.add_argument(
-        "-z",
-        dest="max_job_size",
-        metavar="BYTES",
-        type=_positive_int,
-        default=p.DEFAULT_MAX_JOB_SIZE,
-        help=f"maximum job size in bytes (default {p.DEFAULT_MAX_JOB_SIZE}, "
-        f"at most {p.MAX_JOB_SIZE_CAP})",
-    )
-    ap.add_argument(
-        "-b",
-        dest="binlog_dir",
-        metavar="DIR",
-        help="write-ahead log directory: jobs survive restarts and crashes",
-    )
-    # -f and -F share one destination: the last one given wins, as in beanstalkd.
-    ap.add_argument(
-        "-f",
-        dest="fsync_ms",
-        metavar="MS",
-        type=_positive_int,
-        default=DEFAULT_FSYNC_MS,
-        help=f"fsync at most once every MS milliseconds (default "
-        f"{DEFAULT_FSYNC_MS}); -f 0: fsync before every reply that changes state",
-    )
-    ap.add_argument("-F", dest="fsync_ms", action="store_const", const=None, help="never fsync")
-    ap.add_argument(
-        "-s",
-        dest="binlog_size",
-        metavar="BYTES",
-        type=_positive_int,
-        default=DEFAULT_SEGMENT_SIZE,
-        help=f"size of each binlog file (default {DEFAULT_SEGMENT_SIZE})",
-    )
-    ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
-    ap.add_argument("-v", dest="version", action="store_true", help="show version and exit")
-    ap.add_argument("-h", "--help", action="help", help="show this help and exit")
-    return ap
+def _lock_binlog(directory: str) -> FileOps:
+    from cmdstalk_py.server.binlog import BinlogError
+    from cmdstalk_py.server.durable import lock_directory
+
+    try:
+        return lock_directory(directory)
+    except BinlogError as exc:
+        sys.stderr.write(f"cmdstalk-server: {exc}\n")
+        raise SystemExit(1) from None
 
 
 class EarlySignals:
     """Signals that arrive before the event loop runs: remembered, acted on later."""
 
     def __init__(self) -> None:
+        import signal
+
         self.stop = False
         self.drain = False
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -135,34 +156,3 @@ class EarlySignals:
 
     def _on_drain(self, signum: int, frame: FrameType | None) -> None:
         self.drain = True
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse beanstalkd-style flags and serve until SIGTERM/SIGINT."""
-    early = EarlySignals()
-    args = build_parser().parse_args(argv)
-    if args.version:
-        print(f"cmdstalk-server {VERSION}")
-        return
-    max_job_size = args.max_job_size
-    if max_job_size > p.MAX_JOB_SIZE_CAP:
-        sys.stderr.write(f"cmdstalk-server: maximum job size was set to {p.MAX_JOB_SIZE_CAP}\n")
-        max_job_size = p.MAX_JOB_SIZE_CAP
-    try:
-        sock = open_listener(args.listen, args.port)
-    except OSError as exc:
-        where = args.listen if args.listen.startswith("unix:") else f"{args.listen}:{args.port}"
-        sys.stderr.write(f"cmdstalk-server: cannot listen on {where}: {exc.strerror or exc}\n")
-        raise SystemExit(1) from None
-    # The heavier imports (the engine, the loop) happen after listen(): clients that connect
-    # meanwhile wait in the backlog instead of getting "connection refused".
-    from cmdstalk_py.server.run import serve
-
-    config = ServerConfig(
-        max_job_size=max_job_size,
-        binlog_dir=args.binlog_dir or None,
-        fsync_ms=args.fsync_ms,
-        segment_size=args.binlog_size,
-        freeze_recovered=True,  # this process is nothing but the server
-    )
-    raise SystemExit(serve(sock, config, early, args.verbose))

@@ -2,8 +2,8 @@
 
 ``cmdstalk-server``'s flags (``cli``) and ``EmbeddedServer``'s arguments (``embedded``)
 both become a ``ServerConfig``, which ``assembly`` turns into a running server. Import-light
-on purpose (a ``NamedTuple``, not a dataclass, whose module pulls in ``inspect``): ``cli``
-reads it before it listens.
+on purpose (a ``NamedTuple``, not a dataclass, whose module pulls in ``inspect``). The
+default address lives in ``listen``, which ``cli`` uses before anything else is loaded.
 """
 
 from __future__ import annotations
@@ -11,10 +11,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
+from cmdstalk_py.server.listen import DEFAULT_HOST, DEFAULT_PORT
 
-#: Unlike beanstalkd (all interfaces), the bundled server listens on loopback by default.
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 11300
+__all__ = [
+    "DEFAULT_FSYNC_MS",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "DEFAULT_SEGMENT_SIZE",
+    "MIN_SEGMENT_SIZE",
+    "PREALLOCATE",
+    "ServerConfig",
+]
 #: ``-f``: fsync at most this often (milliseconds).
 DEFAULT_FSYNC_MS = 50
 #: beanstalkd's default ``-s``: the size of each binlog file.

@@ -3,8 +3,9 @@
 A ``ServerConn`` is watched directly by the server's ``loop.Loop`` (its epoll set): a
 readable socket costs one ``recv_into``, its replies one ``send``. What the bytes mean is
 the ``framing.Framer``'s business: the connection feeds it what it reads, runs the events
-that come out against the engine, and writes the replies of one batch together. A
-blocked reserve holds the connection's later commands until it is answered.
+that come out against the engine in turns (a bounded amount of work each, the rest on the
+next loop iteration) and writes the replies of one turn together. A blocked reserve
+holds the connection's later commands until it is answered.
 
 Memory per connection is bounded: unprocessed input past ``INPUT_LIMIT`` stops reading
 while commands are held back (the kernel buffers the rest), unsent output past
@@ -30,7 +31,8 @@ from cmdstalk_py.server.verbs import Put, Quit, Rejected
 if TYPE_CHECKING:
     from cmdstalk_py.server.net import Server
 
-__all__ = ["FLUSH_AT", "INPUT_LIMIT", "RECV_SIZE", "WRITE_HIGH", "WRITE_LOW", "ServerConn", "State"]
+__all__ = ["FLUSH_AT", "INPUT_LIMIT", "RECV_SIZE", "TURN_COMMANDS", "TURN_SECONDS", "WRITE_HIGH",
+           "WRITE_LOW", "ServerConn", "State"]
 
 #: Bytes asked of the kernel per read, into a buffer shared by the connections of one
 #: server (so that a read does not allocate a fresh buffer of that size).
@@ -43,7 +45,14 @@ INPUT_LIMIT = 1 << 20
 #: (after that) it starts again.
 WRITE_HIGH = 1 << 20
 WRITE_LOW = WRITE_HIGH // 4
-#: Send replies mid-batch once this many bytes are pending, to notice a slow reader.
+#: A connection's turn: it runs at most this many commands, for at most this many
+#: seconds, or until FLUSH_AT reply bytes are pending, then lets the other connections
+#: have theirs and goes on in the next loop iteration. A client pipelining thousands of
+#: commands in one write must not make every other client wait for all of them
+#: (beanstalkd serves one command per connection per turn; a few hundred here keep the
+#: loop's overhead per command small, and the time bound covers costly commands).
+TURN_COMMANDS = 256
+TURN_SECONDS = 0.005
 FLUSH_AT = 1 << 18
 
 _clock = time.monotonic
@@ -71,6 +80,7 @@ class ServerConn:
         "out",
         "out_size",
         "rbuf",
+        "resume_pending",
         "server",
         "session",
         "sock",
@@ -98,6 +108,9 @@ class ServerConn:
         self.held_size = 0
         self.hold = server.sync_each  # replies may have to wait for an fsync
         self.mask = EPOLLIN
+        # Its turn is over with commands left (or a resume is due): they run from the
+        # loop's queue, in order, whatever else arrives meanwhile.
+        self.resume_pending = False
         self.session = self.engine.connect(self)
 
     # ---------------------------------------------------------------- state transitions
@@ -199,7 +212,7 @@ class ServerConn:
             return  # closing: input is no longer wanted
         framer = self.framer
         framer.receive_data(buffer[:got].tobytes())
-        if state is _OPEN and not self.backed_up:
+        if state is _OPEN and not self.backed_up and not self.resume_pending:
             self._run()
         elif framer.buffered > INPUT_LIMIT:
             self._update_mask()  # held back past the bound: the kernel buffers the rest
@@ -232,7 +245,7 @@ class ServerConn:
         self._update_mask()
         if self.state is _WAITING:
             self._abort_wait()
-        if not self.backed_up:
+        if not self.backed_up and not self.resume_pending:
             self._resume()
 
     def _update_mask(self) -> None:
@@ -243,7 +256,8 @@ class ServerConn:
             (state is _OPEN or state is _WAITING)
             and not self.framer.eof
             and not (
-                (state is _WAITING or self.backed_up) and self.framer.buffered > INPUT_LIMIT
+                (state is _WAITING or self.backed_up or self.resume_pending)
+                and self.framer.buffered > INPUT_LIMIT
             )
         )
         mask = EPOLLIN if reading else 0
@@ -320,10 +334,13 @@ class ServerConn:
     # ---------------------------------------------------------------- processing
 
     def _schedule_resume(self) -> None:
-        # Idempotent: a second resume finds nothing new to run.
-        self.server.loop.call_soon(self._resume_soon)
+        # At most one pending: a second would give this connection two turns per iteration.
+        if not self.resume_pending:
+            self.resume_pending = True
+            self.server.loop.call_soon(self._resume_soon)
 
     def _resume_soon(self) -> None:
+        self.resume_pending = False
         self._resume()
         self.server.after_batch()
 
@@ -341,10 +358,11 @@ class ServerConn:
             self.teardown()
 
     def _run_commands(self) -> None:
-        """Run the complete commands in the input, in order, with one write for the batch.
+        """One turn: run the complete commands in the input, in order, one write each turn.
 
-        Stops at a blocked reserve, at ``quit`` and when the output backs up (the rest
-        stays in the framer); at the end of input, closes once nothing complete is left.
+        Stops at a blocked reserve, at ``quit``, when the output backs up and at the end of
+        its turn (the rest stays in the framer); at the end of input, closes once nothing
+        complete is left.
         """
         framer = self.framer
         next_event = framer.next_event
@@ -353,9 +371,11 @@ class ServerConn:
         session = self.session
         out: list[bytes] = []
         out_size = 0
+        budget = TURN_COMMANDS
         # Puts of one batch share one clock reading: their jobs then share one float
         # object for their creation time, which matters on pipelined fills.
         put_now = _clock()
+        turn_ends = put_now + TURN_SECONDS
         while (event := next_event()) is not None:
             kind = type(event)
             if kind is PutBody:
@@ -389,14 +409,15 @@ class ServerConn:
             if reply is not None:
                 out.append(reply)
                 out_size += len(reply)
-            if out_size > FLUSH_AT:
-                self.flush(out)
-                out = []
-                out_size = 0
-                if self.backed_up:
-                    break
+            budget -= 1
+            if not budget or out_size > FLUSH_AT or _clock() > turn_ends:
+                break
         self.flush(out)
-        if event is None and framer.eof:
-            self.close_when_done()
-        elif framer.buffered > INPUT_LIMIT:
+        if event is None:
+            if framer.eof:
+                self.close_when_done()
+                return
+        elif self.state is _OPEN and not self.backed_up:
+            self._schedule_resume()  # its turn is over (backed up: resumed once drained)
+        if framer.buffered > INPUT_LIMIT:
             self._update_mask()

@@ -5,27 +5,37 @@ from __future__ import annotations
 import signal
 import socket
 import sys
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cmdstalk_py.server.assembly import Assembly
 from cmdstalk_py.server.config import ServerConfig
 
+if TYPE_CHECKING:
+    from cmdstalk_py.server.binlog.fsops import FileOps
+
 
 class SignalFlags(Protocol):
-    """Signals seen before the loop took over (see ``cli.EarlySignals``)."""
+    """Signals seen before the loop took over (``cli.EarlySignals``)."""
 
     stop: bool
     drain: bool
 
 
-def serve(sock: socket.socket, config: ServerConfig, early: SignalFlags, verbose: int = 0) -> int:
+def serve(
+    sock: socket.socket,
+    config: ServerConfig,
+    early: SignalFlags,
+    verbose: int = 0,
+    file_ops: FileOps | None = None,
+) -> int:
     """Serve on the listening ``sock`` until SIGTERM/SIGINT; returns the exit status.
 
-    With ``config.binlog_dir`` the directory is locked and recovered first (clients that
-    connect meanwhile wait in the listen backlog); a directory that cannot be used ends
-    the process with status 1 and one line on stderr.
+    With ``config.binlog_dir`` the directory is recovered first (clients that connect
+    meanwhile wait in the listen backlog; ``file_ops``: the binlog's, see
+    ``durable.lock_directory``); a directory that cannot be used ends the process with
+    status 1 and one line on stderr.
     """
-    asm = _open(sock, config, verbose)
+    asm = _open(sock, config, verbose, file_ops)
     if asm is None:
         return 1
     loop, server = asm.loop, asm.server
@@ -47,7 +57,9 @@ def serve(sock: socket.socket, config: ServerConfig, early: SignalFlags, verbose
     return 0 if closed else 1
 
 
-def _open(sock: socket.socket, config: ServerConfig, verbose: int) -> Assembly | None:
+def _open(
+    sock: socket.socket, config: ServerConfig, verbose: int, file_ops: FileOps | None
+) -> Assembly | None:
     if config.binlog_dir is None:
         return Assembly.open(config)
     # Only -b loads the binlog package.
@@ -56,7 +68,7 @@ def _open(sock: socket.socket, config: ServerConfig, verbose: int) -> Assembly |
 
     log_to_stderr(verbose)
     try:
-        return Assembly.open(config)
+        return Assembly.open(config, file_ops=file_ops)
     except BinlogError as exc:
         sys.stderr.write(f"cmdstalk-server: {exc}\n")
         sock.close()

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 SAFETY_MARGIN = 1.0
 
 
+def _deadline(job: Job) -> float:
+    return job.deadline
+
+
 class Session:
     """One client connection: used tube, watch list, reservations, reserve wait."""
 
@@ -28,11 +32,13 @@ class Session:
         "owner",
         "producer",
         "reserved",
+        "soonest",
         "use",
         "wait_deadline",
         "waiting",
         "wake_seq",
         "watch",
+        "watch_index",
         "worker",
     )
 
@@ -40,7 +46,14 @@ class Session:
         self.use = default
         # Order matters for list-tubes-watched (1.12 appends, and swap-removes on ignore).
         self.watch: list[Tube] = [default]
+        # Each watched tube's position in ``watch``: watch and ignore look a tube up here
+        # instead of scanning the list, whose length the client chooses.
+        self.watch_index: dict[Tube, int] = {default: 0}
         self.reserved: dict[Job, None] = {}
+        # The reservation whose TTR ends first, or None: not known (found again on demand,
+        # like 1.12's soonest_job). Every reserve without a job asks, so it must not cost a
+        # scan of what may be thousands of reservations each time.
+        self.soonest: Job | None = None
         self.waiting = False
         # When a blocked reserve-with-timeout gives up (None: never).
         self.wait_deadline: float | None = None
@@ -52,11 +65,37 @@ class Session:
         # The network layer's connection object, opaque to the engine.
         self.owner = owner
 
+    # ---------------------------------------------------------------- reservations
+
+    def hold(self, job: Job) -> None:
+        """``job`` is reserved by this connection now (its deadline set)."""
+        self.reserved[job] = None
+        soonest = self.soonest
+        if soonest is not None and job.deadline < soonest.deadline:
+            self.soonest = job
+
+    def let_go(self, job: Job) -> None:
+        """``job`` is no longer reserved by this connection."""
+        del self.reserved[job]
+        if self.soonest is job:
+            self.soonest = None
+
+    def retimed(self, job: Job) -> None:
+        """``job``'s deadline moved (touch): another may end first now, or this one."""
+        soonest = self.soonest
+        if soonest is job:
+            self.soonest = None
+        elif soonest is not None and job.deadline < soonest.deadline:
+            self.soonest = job
+
     def deadline_soon_at(self) -> float | None:
         """From when on a reserve is answered DEADLINE_SOON (None: no reservation)."""
         if not self.reserved:
             return None
-        return min(j.deadline for j in self.reserved) - SAFETY_MARGIN
+        soonest = self.soonest
+        if soonest is None:
+            soonest = self.soonest = min(self.reserved, key=_deadline)
+        return soonest.deadline - SAFETY_MARGIN
 
     def deadline_soon(self, now: float) -> bool:
         """True when a reservation's TTR ends within the safety margin of ``now``."""

@@ -59,7 +59,7 @@ class JobStore:
     def hold(self, job: Job, s: Session) -> None:
         """File a RESERVED job with ``s``, its TTR timer set for ``job.deadline``."""
         job.reserver = s
-        s.reserved[job] = None
+        s.hold(job)
         job.tube.reserved += 1
         self.alarms.add(job.deadline, TTR, job)
 
@@ -67,6 +67,8 @@ class JobStore:
         """A reserved job's deadline moved (touch): a new TTR timer, the old one stale."""
         self.alarms.went_stale()
         self.alarms.add(job.deadline, TTR, job)
+        if job.reserver is not None:
+            job.reserver.retimed(job)
 
     def pop_ready(self, t: Tube) -> Job:
         """Take ``t``'s next ready job out, while it is still READY (the queue checks)."""
@@ -91,7 +93,7 @@ class JobStore:
         elif state is RESERVED:
             s = job.reserver
             if s is not None:
-                del s.reserved[job]
+                s.let_go(job)
             job.reserver = None
             t.reserved -= 1
         else:

@@ -148,7 +148,9 @@ class TubeSet:
     def watch(self, s: Session, name: bytes) -> int:
         """``s`` reserves from ``name`` too; how many tubes it watches."""
         t = self.tube(name)
-        if t not in s.watch:
+        index = s.watch_index
+        if t not in index:
+            index[t] = len(s.watch)
             s.watch.append(t)
             t.watching += 1
         return len(s.watch)
@@ -158,15 +160,17 @@ class TubeSet:
         one, which stays)."""
         t = self.by_name.get(name)
         watch = s.watch
-        if t is None or t not in watch:
+        index = s.watch_index
+        if t is None or t not in index:
             return len(watch)
         if len(watch) == 1:
             return None
         # 1.12 removes from the watch array by moving the last one into the hole.
-        i = watch.index(t)
+        i = index.pop(t)
         last = watch.pop()
         if i < len(watch):
             watch[i] = last
+            index[last] = i
         t.watching -= 1
         self.drop_if_unused(t)
         return len(watch)

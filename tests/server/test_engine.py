@@ -211,6 +211,29 @@ def test_deadline_soon_inside_margin_unless_a_job_is_ready(w: World) -> None:
     assert w.yaml(c, f"stats-job {job}")["state"] == "reserved"
 
 
+def test_deadline_soon_follows_the_soonest_reservation_through_touch_and_delete(
+    w: World,
+) -> None:
+    # The session remembers its soonest reservation instead of scanning them all per
+    # reserve; touch and delete must move that on.
+    c = w.connect()
+    short, long = w.put(c, ttr=3), w.put(c, ttr=5)
+    assert [w.reserved_id(w.do(c, "reserve")) for _ in range(2)] == [short, long]
+    assert w.do(c, "reserve-with-timeout 0") == p.TIMED_OUT
+    w.advance(2.5)
+    assert w.do(c, "reserve-with-timeout 0") == p.DEADLINE_SOON
+    assert w.do(c, f"touch {short}") == p.TOUCHED  # ends at 5.5 now, after long (5)
+    assert w.do(c, "reserve-with-timeout 0") == p.TIMED_OUT
+    w.advance(1.6)
+    assert w.do(c, "reserve-with-timeout 0") == p.DEADLINE_SOON  # long's margin
+    assert w.do(c, f"delete {long}") == p.DELETED
+    assert w.do(c, "reserve-with-timeout 0") == p.TIMED_OUT  # short's margin from 4.5
+    w.advance(0.5)
+    assert w.do(c, "reserve-with-timeout 0") == p.DEADLINE_SOON
+    assert w.do(c, f"release {short} 0 0") == p.RELEASED
+    assert w.reserved_id(w.do(c, "reserve-with-timeout 0")) == short
+
+
 def test_blocked_reserve_gets_deadline_soon_one_second_before(w: World) -> None:
     c = w.connect()
     job = w.put(c, ttr=3)

@@ -172,9 +172,9 @@ def test_flags_and_the_embedded_server_share_one_set_of_defaults() -> None:
     import inspect
 
     from cmdstalk_py.server.binlog import BinlogOptions
-    from cmdstalk_py.server.cli import build_parser
     from cmdstalk_py.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
     from cmdstalk_py.server.embedded import EmbeddedServer
+    from cmdstalk_py.server.flags import build_parser
 
     config = ServerConfig()
     args = build_parser().parse_args([])

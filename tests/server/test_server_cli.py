@@ -65,8 +65,9 @@ def test_help_says_where_it_listens() -> None:
     assert run("--help").returncode == 0
 
 
-def test_version() -> None:
-    r = run("-v")
+@pytest.mark.parametrize("flag", ["-v", "--version"])
+def test_version(flag: str) -> None:
+    r = run(flag)
     assert (r.returncode, r.stdout.strip()) == (0, "cmdstalk-server 1.12")
 
 

@@ -111,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"size of each binlog file (default {DEFAULT_SEGMENT_SIZE})",
     )
     ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
-    ap.add_argument("-v", "--version", dest="version", action="store_true", help="show version and exit")
+    ap.add_argument(
+        "-v", "--version", dest="version", action="store_true", help="show version and exit"
+    )
     ap.add_argument("-h", "--help", action="help", help="show this help and exit")
     return ap
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import select
 import socket
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, cast
 
 from cmdstalk_py.client.errors import ConnectionLost
@@ -83,12 +82,7 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from cmdstalk_py.server.assembly import Assembly
@@ -143,12 +142,7 @@ class EmbeddedServer:
     def __enter__(self) -> EmbeddedServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _run(self) -> None:

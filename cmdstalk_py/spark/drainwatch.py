@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from cmdstalk_py.client.errors import ConnectionLost, NotFound
 from cmdstalk_py.client.pipeline import Client
@@ -84,12 +83,7 @@ class Watch:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
 

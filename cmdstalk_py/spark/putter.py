@@ -20,7 +20,6 @@ import socket
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import NoReturn
 
 from cmdstalk_py.client.errors import BeanstalkdError, ConnectionLost, error_for
@@ -129,12 +128,7 @@ class Putter:
     def __enter__(self) -> Putter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._conn.close()
 
     @property

@@ -17,7 +17,6 @@ import socket
 import threading
 from collections.abc import Callable
 from contextlib import suppress
-from types import TracebackType
 
 
 class ResultServer:
@@ -38,12 +37,7 @@ class ResultServer:
         self._accepting.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

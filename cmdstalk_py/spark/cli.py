@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_ADDRESS = "127.0.0.1:11300"
+# What the ``spark`` extra installs: without one of them a command says which extra to get.
+_SPARK_EXTRA = frozenset({"pyspark", "pyarrow", "pandas", "matplotlib", "py4j"})
+
+
+class _MissingExtra(click.ClickException):
+    """A package of the ``spark`` extra is missing: a usage error (exit 2), as in cmdstalk."""
+
+    exit_code = 2
 
 
 class _Main(click.Group):
@@ -26,6 +34,14 @@ class _Main(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except ModuleNotFoundError as exc:
+            package = (exc.name or "").partition(".")[0]
+            if package not in _SPARK_EXTRA:
+                raise
+            raise _MissingExtra(
+                f"cmdstalk-spark needs the spark extra ({package} is not installed): "
+                "pip install 'cmdstalk-py[spark]' (from a checkout: pip install '.[spark]')"
+            ) from exc
         except Exception as exc:
             if isinstance(ctx.obj, dict) and ctx.obj.get("debug"):
                 raise

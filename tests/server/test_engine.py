@@ -10,9 +10,10 @@ from cmdstalk_py.server import commands
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import Job
-from cmdstalk_py.server.journal import JournalError, NullJournal
+from cmdstalk_py.server.journal import NullJournal
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import ServerInfo
+from tests.server.journals import RecordingJournal
 
 
 class Clock:
@@ -511,29 +512,8 @@ def test_stale_alarms_of_deleted_jobs_are_compacted(w: World) -> None:
 # ------------------------------------------------------------------ journal
 
 
-class FailingJournal(NullJournal):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail = False
-        self.log: list[tuple[str, int, str]] = []
-
-    def _rec(self, what: str, job: Job) -> None:
-        if self.fail:
-            raise JournalError("disk full")
-        self.log.append((what, job.id, job.state.value))
-
-    def job_put(self, job: Job) -> None:
-        self._rec("put", job)
-
-    def job_changed(self, job: Job) -> None:
-        self._rec("changed", job)
-
-    def job_deleted(self, job: Job) -> None:
-        self._rec("deleted", job)
-
-
 def test_journal_sees_changes() -> None:
-    j = FailingJournal()
+    j = RecordingJournal()
     w = World(j)
     c = w.connect()
     job = w.put(c)
@@ -547,7 +527,7 @@ def test_journal_sees_changes() -> None:
 
 
 def test_journal_failures_leave_state_unchanged() -> None:
-    j = FailingJournal()
+    j = RecordingJournal()
     w = World(j)
     c = w.connect()
     job = w.put(c)

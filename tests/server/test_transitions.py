@@ -15,43 +15,20 @@ from cmdstalk_py.server import commands
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.job import BURIED, DELAYED, READY, RESERVED, Job
-from cmdstalk_py.server.journal import JournalError, NullJournal
 from cmdstalk_py.server.outcome import Outcome
 from cmdstalk_py.server.session import SAFETY_MARGIN, Session
+from tests.server.journals import RecordingJournal
 
 T0 = 500.0
 
 
-class Recorder(NullJournal):
-    """Records (what, id, state) per call; refuses everything while ``fail`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail = False
-        self.log: list[tuple[str, int, str]] = []
-
-    def _rec(self, what: str, job: Job) -> None:
-        if self.fail:
-            raise JournalError("disk full")
-        self.log.append((what, job.id, job.state.value))
-
-    def job_put(self, job: Job) -> None:
-        self._rec("put", job)
-
-    def job_changed(self, job: Job) -> None:
-        self._rec("changed", job)
-
-    def job_deleted(self, job: Job) -> None:
-        self._rec("deleted", job)
+@pytest.fixture
+def journal() -> RecordingJournal:
+    return RecordingJournal()
 
 
 @pytest.fixture
-def journal() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def e(journal: Recorder) -> Engine:
+def e(journal: RecordingJournal) -> Engine:
     return Engine(T0, journal=journal)
 
 
@@ -71,7 +48,7 @@ def reserve(e: Engine, s: Session, now: float = T0, timeout: int = -1) -> Job:
 # ------------------------------------------------------------------ put and reserve
 
 
-def test_put_files_ready_or_delayed(e: Engine, journal: Recorder) -> None:
+def test_put_files_ready_or_delayed(e: Engine, journal: RecordingJournal) -> None:
     s = e.connect()
     ready = put(e, s)
     delayed = put(e, s, delay=10)
@@ -81,7 +58,7 @@ def test_put_files_ready_or_delayed(e: Engine, journal: Recorder) -> None:
     assert journal.log == [("put", 1, "ready"), ("put", 2, "delayed")]
 
 
-def test_refused_puts_use_up_their_ids(e: Engine, journal: Recorder) -> None:
+def test_refused_puts_use_up_their_ids(e: Engine, journal: RecordingJournal) -> None:
     s = e.connect()
     assert e.put(s, 0, 0, 1, b"no crlf", T0) is Outcome.BAD_BODY
     e.draining = True
@@ -136,7 +113,7 @@ def test_release_bury_touch_delete_need_the_owner(e: Engine) -> None:
     assert job.id not in e.jobs
 
 
-def test_refused_changes_leave_the_job_as_it_was(e: Engine, journal: Recorder) -> None:
+def test_refused_changes_leave_the_job_as_it_was(e: Engine, journal: RecordingJournal) -> None:
     s = e.connect()
     first, second = put(e, s), put(e, s)
     reserve(e, s)
@@ -159,7 +136,7 @@ def test_refused_changes_leave_the_job_as_it_was(e: Engine, journal: Recorder) -
 # ------------------------------------------------------------------ the clock
 
 
-def test_expire_and_promote_come_from_tick(e: Engine, journal: Recorder) -> None:
+def test_expire_and_promote_come_from_tick(e: Engine, journal: RecordingJournal) -> None:
     s = e.connect()
     job = put(e, s, ttr=2)
     later = put(e, s, delay=3)
@@ -172,7 +149,7 @@ def test_expire_and_promote_come_from_tick(e: Engine, journal: Recorder) -> None
     assert journal.log == [("changed", job.id, "ready"), ("changed", later.id, "ready")]
 
 
-def test_a_refused_expiry_still_happens(e: Engine, journal: Recorder) -> None:
+def test_a_refused_expiry_still_happens(e: Engine, journal: RecordingJournal) -> None:
     s = e.connect()
     job = put(e, s, ttr=1)
     reserve(e, s)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import greenstalk
 import psutil
 import pytest
 
@@ -32,6 +33,13 @@ def _pids(path: Path, n: int) -> list[int]:
         lambda: path.exists() and len(path.read_text().split()) >= n, 20, message="pids written"
     )
     return [int(p) for p in path.read_text().split()]
+
+
+def _watching(client: greenstalk.Client[bytes], tube: str) -> bool:
+    try:
+        return int(client.stats_tube(tube)["current-watching"]) > 0
+    except greenstalk.NotFoundError:
+        return False  # nobody has watched it yet
 
 
 def _sentinel_of(proc: subprocess.Popen[bytes]) -> psutil.Process | None:
@@ -92,6 +100,10 @@ def test_sentinel_exits_with_a_clean_shutdown(beanstalk: BeanstalkServer, tmp_pa
     proc = start_cmdstalk("--address", beanstalk.address, "--tubes", "k9idle", "--cmd", "true")
     try:
         wait_until(lambda: _sentinel_of(proc) is not None, 10, message="the sentinel")
+        # The broker watches its tube only once the supervisor's signal handlers are in:
+        # a SIGTERM before that would end cmdstalk the default way (status -15).
+        client = beanstalk.client()
+        wait_until(lambda: _watching(client, "k9idle"), 10, message="the broker")
         sentinel = _sentinel_of(proc)
         assert sentinel is not None
         proc.send_signal(signal.SIGTERM)

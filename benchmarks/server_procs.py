@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # ServerStartError and free_port are re-exported for the benchmark scripts.
 from tests.helpers import ServerProcess, start_server_process
 from tests.helpers import ServerStartError as ServerStartError
+from tests.helpers import busy_cores as busy_cores
 from tests.helpers import free_port as free_port
 
 HOST = "127.0.0.1"
@@ -173,28 +172,6 @@ def startup_seconds(kind: ServerKind, extra: Sequence[str] = ()) -> tuple[float,
                 proc.kill()
             proc.wait()
     raise ServerStartError(f"{kind.name} exited before accepting ({' '.join(argv)})")
-
-
-@contextmanager
-def busy_cores(count: int | None = None) -> Iterator[None]:
-    """Keep ``count`` (default: every) cores busy with ``yes > /dev/null`` meanwhile.
-
-    Each hog is also bounded by timeout(1), should this process die before it stops them.
-    """
-    # Each in its own process group: timeout(1) runs yes in it, and killing the group
-    # stops both (killing timeout alone would leave yes running).
-    hogs = [
-        subprocess.Popen(["timeout", "600", "yes"], stdout=subprocess.DEVNULL,
-                         start_new_session=True)
-        for _ in range(count or os.cpu_count() or 2)
-    ]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            with suppress(ProcessLookupError):
-                os.killpg(hog.pid, signal.SIGKILL)
-            hog.wait()
 
 
 def machine_busy_seconds() -> float:

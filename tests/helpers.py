@@ -259,3 +259,25 @@ def running_beanstalkd(*extra_args: str, port: int | None = None) -> Iterator[Be
             server.close_clients()
     finally:
         process.stop(timeout=5)
+
+
+@contextmanager
+def busy_cores(count: int | None = None, limit: float = 600) -> Iterator[None]:
+    """Keep ``count`` (default: every) cores busy with ``yes > /dev/null`` meanwhile.
+
+    Each hog is also bounded by timeout(1) after ``limit`` seconds, should this process die
+    before it stops them. Each runs in its own process group, which timeout runs yes in:
+    killing the group stops both (killing timeout alone would leave yes running).
+    """
+    hogs = [
+        subprocess.Popen(["timeout", str(limit), "yes"], stdout=subprocess.DEVNULL,
+                         start_new_session=True)
+        for _ in range(count or os.cpu_count() or 2)
+    ]  # fmt: skip
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            with suppress(ProcessLookupError):
+                os.killpg(hog.pid, signal.SIGKILL)
+            hog.wait()

@@ -10,15 +10,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
 from cmdstalk_py.server.cli import quick_read
 from cmdstalk_py.server.flags import build_parser
-from tests.helpers import free_port
+from tests.helpers import busy_cores, free_port
 from tests.server.test_server_cli import talk
 
 SCRIPT = Path(sys.executable).parent / "cmdstalk-server"
@@ -87,25 +86,6 @@ def test_nothing_heavy_is_loaded_before_listening() -> None:
     assert not loaded & heavy, sorted(loaded & heavy)
 
 
-@contextmanager
-def both_cores_busy() -> Iterator[None]:
-    # Bounded by timeout(1) too, in case this process dies before its finally. Each in its
-    # own process group, which timeout runs yes in: killing the group stops both (killing
-    # timeout alone would leave yes running).
-    hogs = [
-        subprocess.Popen(["timeout", "120", "yes"], stdout=subprocess.DEVNULL,
-                         start_new_session=True)
-        for _ in range(max(2, os.cpu_count() or 2))
-    ]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            with suppress(ProcessLookupError):
-                os.killpg(hog.pid, signal.SIGKILL)
-            hog.wait()
-
-
 def seconds_to_first_accept(argv: list[str], serves: bool = True) -> float:
     port = free_port()
     start = time.monotonic()
@@ -135,7 +115,7 @@ def seconds_to_first_accept(argv: list[str], serves: bool = True) -> float:
 def test_accepts_within_100_ms_with_both_cores_busy() -> None:
     server: list[float] = []
     bare: list[float] = []
-    with both_cores_busy():
+    with busy_cores(max(2, os.cpu_count() or 2), limit=120):
         for _ in range(15):  # interleaved: a change in the machine's load hits both alike
             server.append(seconds_to_first_accept(SERVER))
             bare.append(seconds_to_first_accept(BARE, serves=False))

@@ -48,6 +48,20 @@ class Config:
     io_timeout: float = 30.0  # a server silent this long is treated as gone
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
     batch_scheduling: bool = False  # opt-in: a single broker under SCHED_BATCH (process/sched.py)
+    # Pools (issue #18): a Config is one pool; the config file builds several.
+    pool: str = "default"  # the pool's name, in logs, metrics and the event log
+    workers: int | None = None  # shared workers per server over all tubes; None: per_tube
+    tube_limits: tuple[tuple[str, int], ...] = ()  # (tube, most running jobs at once)
+    tube_rates: tuple[tuple[str, float, float], ...] = ()  # (tube, starts per second, burst)
+    servers: tuple[tuple[str, int], ...] = ()  # several servers; empty: (host, port) alone
+    cwd: str | None = None  # the command's working directory; None: the supervisor's
+    env: tuple[tuple[str, str], ...] = ()  # added to the command's environment
+    # A job's fate (issue #19).
+    keep_alive: bool = False  # touch the job ahead of each TTR expiry while it runs
+    max_runtime: float | None = None  # with keep_alive: the command's own bound, seconds
+    on_exit: tuple[tuple[int, str], ...] = ()  # exit code -> delete|release|backoff|bury
+    on_timeout: str = "bury"  # bury|release for a job killed at its TTR or max_runtime
+    backoff_jitter: bool = False  # full jitter on release delays
 
     def __post_init__(self) -> None:
         # The command lines bound every number (``numbers``); a Config built in code must
@@ -80,6 +94,7 @@ _SECONDS = (
     "shutdown_timeout",
     "io_timeout",
     "reconnect_max_wait",
+    "max_runtime",
 )
 
 

@@ -56,8 +56,8 @@ class PoolFileError(ValueError):
         super().__init__(f"{path}: {key}: {what}" if key else f"{path}: {what}")
 
 
-class _Bad(Exception):
-    """Raised inside a pool with the key path; ``load_pools`` adds the file."""
+class _Bad(ValueError):
+    """Raised with the key path; ``load_pools`` adds the file."""
 
     def __init__(self, key: str, what: str) -> None:
         super().__init__(what)
@@ -350,7 +350,7 @@ def parse_rate(value: Any, where: str = "rate") -> tuple[float, float]:
     else:
         per_second = float(_expect(value, (int, float), where, "a rate such as \"5/s\""))
     if not 0 < per_second <= numbers.MAX_U32:
-        raise _Bad(where, f"rate {per_second:g}/s must be above 0")
+        raise _Bad(where, f"rate {per_second:g}/s is not above 0 and at most {numbers.MAX_U32}/s")
     _expect(burst, int, _join(where, "burst"), "a whole number of starts")
     if burst < 1:
         raise _Bad(_join(where, "burst"), f"{burst} is below 1")

@@ -85,6 +85,13 @@ def test_every_pool_flag_of_cmdstalk_is_a_file_key() -> None:
             assert spelled.get(param.name, param.name) in pool_keys(), param.name
 
 
+def test_the_flags_string_forms_work_too(tmp_path: Path) -> None:
+    p = one(tmp_path, 'address = "h1:1,h2:2"\n[pools.x]\ncommand = "c"\nshell = "/bin/sh -c"\n'
+            'bury_exit_codes = "65 78"\n')
+    assert p.servers == (("h1", 1), ("h2", 2)) and p.shell == ("/bin/sh", "-c")
+    assert p.bury_exit_codes == frozenset({65, 78})
+
+
 def test_defaults_are_those_of_the_flags(tmp_path: Path) -> None:
     p = one(tmp_path, '[pools.x]\ncommand = "cat"\n')
     assert p == Config(cmd="cat", pool="x", shell=p.shell)
@@ -224,7 +231,9 @@ BAD = [
     ("[pools.x]\ncommand = 'c'\nlimits = { 'a*' = 1 }\n", "pools.x.limits.a*", "not a glob"),
     ("[pools.x]\ncommand = 'c'\nlimits = { default = '2' }\n", "pools.x.limits.default", "whole"),
     ("[pools.x]\ncommand = 'c'\nrates = { default = '5/x' }\n", "pools.x.rates.default", "N/s"),
-    ("[pools.x]\ncommand = 'c'\nrates = { default = 0 }\n", "pools.x.rates.default", "above 0"),
+    ("[pools.x]\ncommand = 'c'\nrates = { default = 0 }\n", "pools.x.rates.default", "not above 0"),
+    ("[pools.x]\ncommand = 'c'\nrates = { default = '1e999/s' }\n", "pools.x.rates.default",
+     "at most"),
     ("[pools.x]\ncommand = 'c'\nrates = { default = { rate = 1, burst = 0 } }\n",
      "pools.x.rates.default.burst", "below 1"),
     ("[pools.x]\ncommand = 'c'\nrates = { default = { rate = 1, brust = 2 } }\n",

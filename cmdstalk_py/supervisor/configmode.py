@@ -67,7 +67,7 @@ def describe(configs: tuple[Config, ...]) -> str:
     from cmdstalk_py.supervisor.poolfile import FILE_KEYS, pool_keys
 
     keys = pool_keys()
-    return "\n".join(_describe_pool(c, FILE_KEYS, keys) for c in configs)
+    return "\n\n".join(_describe_pool(c, FILE_KEYS, keys) for c in configs)
 
 
 def _describe_pool(c: Config, names: dict[str, str], keys: frozenset[str]) -> str:

@@ -40,19 +40,19 @@ def test_check_accepts_the_example_and_prints_every_pool() -> None:
     proc = cmdstalk("--config", str(REPO / "examples" / "pools.toml"), "--check")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "2 pools, valid" in out
-    assert "[pools.media]" in out and "[pools.mail]" in out
-    assert "images, thumbnails" in out and "4 shared by all tubes" in out
-    assert "images=2" in out and "thumbnails=5/s burst 10" in out
-    assert "mail.*" in out and "2 per tube" in out
-    assert "APP_ENV=production, SMTP_HOST=localhost" in out
+    assert "3 pools, valid" in out
+    assert "[pools.quick]" in out and "[pools.background]" in out and "[pools.reports]" in out
+    assert "slow.sh, flaky.py" in out and "3 shared by all tubes" in out
+    assert "slow.sh=1" in out and "flaky.py=2/s burst 4" in out
+    assert "report.*" in out and "2 per tube" in out
+    assert "APP_ENV=example, REPORT_FORMAT=json" in out
 
 
 def test_check_in_go_spelling_and_from_the_environment() -> None:
     example = str(REPO / "examples" / "pools.toml")
     assert cmdstalk(f"-config={example}", "-check").returncode == 0
     proc = cmdstalk(CMDSTALK_CONFIG=example, CMDSTALK_CHECK="1")
-    assert proc.returncode == 0 and "[pools.media]" in proc.stdout
+    assert proc.returncode == 0 and "[pools.quick]" in proc.stdout
 
 
 def test_check_shows_supervisor_wide_flags_are_not_pool_keys(pools_file: Path) -> None:

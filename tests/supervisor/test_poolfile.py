@@ -266,6 +266,9 @@ def test_a_missing_file_names_it(tmp_path: Path) -> None:
 
 def test_the_example_file_loads() -> None:
     pools = load_pools(REPO / "examples" / "pools.toml")
-    assert [p.pool for p in pools] == ["media", "mail"]
-    media = pools[0]
-    assert media.workers == 4 and media.tube_limits == (("images", 2),)
+    assert [p.pool for p in pools] == ["quick", "background", "reports"]
+    quick, background, reports = pools
+    assert quick.per_tube == 2 and quick.cwd == str(REPO / "examples")
+    assert background.workers == 3 and background.tube_limits == (("slow.sh", 1),)
+    assert background.tube_rates == (("flaky.py", 2.0, 4.0),)
+    assert reports.tubes == ("report.*",) and dict(reports.env)["APP_ENV"] == "example"

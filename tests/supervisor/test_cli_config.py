@@ -115,10 +115,28 @@ def test_check_without_config_and_no_cmd_are_usage_errors() -> None:
     assert proc.returncode == 2 and "Missing option '--cmd'" in error_lines(proc)[0]
 
 
-def test_several_pools_are_refused_until_the_pools_runtime(pools_file: Path) -> None:
-    pools_file.write_text('[pools.a]\ncommand="c"\ntubes="a"\n[pools.b]\ncommand="c"\ntubes="b"\n')
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        ('[pools.a]\ncommand="c"\ntubes="a"\n[pools.b]\ncommand="c"\ntubes="b"\n', "2 pools"),
+        ('[pools.a]\ncommand="c"\nworkers=2\n', "pools.a.workers"),
+        ('[pools.a]\ncommand="c"\nlimits={default=1}\n', "pools.a.limits"),
+        ('[pools.a]\ncommand="c"\nrates={default="1/s"}\n', "pools.a.rates"),
+        ('[pools.a]\ncommand="c"\naddress=["h:1","h:2"]\n', "pools.a.address"),
+        ('[pools.a]\ncommand="c"\ncwd="/"\n', "pools.a.cwd"),
+        ('[pools.a]\ncommand="c"\nenv={A="1"}\n', "pools.a.env"),
+        ('[pools.a]\ncommand="c"\ntubes="a.*"\n', "pools.a.tubes"),
+    ],
+)
+def test_what_todays_runtime_would_ignore_is_refused_not_ignored(
+    pools_file: Path, text: str, mentions: str
+) -> None:
+    # Until the pools runtime is merged: a pool is checked (--check passes) but not run
+    # without the keys it would need.
+    pools_file.write_text(text)
+    assert cmdstalk("--config", str(pools_file), "--check").returncode == 0
     proc = cmdstalk("--config", str(pools_file))
-    assert proc.returncode == 2 and "2 pools" in error_lines(proc)[0]
+    assert proc.returncode == 2 and mentions in error_lines(proc)[0]
 
 
 def test_one_pool_from_the_file_runs_its_jobs(beanstalk: BeanstalkServer, tmp_path: Path) -> None:

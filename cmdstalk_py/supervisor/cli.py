@@ -357,7 +357,7 @@ def command(
         supervisor = {"max_jobs": max_jobs, "shutdown_timeout": shutdown_timeout,
                       "batch_scheduling": batch_scheduling}
         sys.exit(configmode.run(config_file, check, extras, supervisor))
-    if cmd is None:
+    if cmd is None:  # _cmd_unless_config already said so; this tells the type checker
         raise click.MissingParameter(param_hint="'--cmd'", param_type="option")
     config = Config(
         cmd=cmd,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -96,6 +97,8 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_LOG_LEVEL": "debug",
         "CMDSTALK_EVENTS": "-",
         "CMDSTALK_METRICS": "127.0.0.1:9100",
+        "CMDSTALK_CONFIG": "/etc/cmdstalk/pools.toml",
+        "CMDSTALK_CHECK": "true",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -128,6 +131,8 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "log_level": "DEBUG",
         "events": "-",
         "metrics": "127.0.0.1:9100",
+        "config_file": Path("/etc/cmdstalk/pools.toml"),
+        "check": True,
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2

@@ -28,6 +28,7 @@ from cmdstalk_py.supervisor.config import (
     parse_tubes,
     validate_cmd,
 )
+from cmdstalk_py.supervisor.fateflags import fate_options
 from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
 
 T = TypeVar("T")
@@ -276,6 +277,7 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     metavar="HOST:PORT",
     help="Serve Prometheus metrics on HOST:PORT (:PORT listens on 127.0.0.1).",
 )
+@fate_options  # --on-exit, --on-timeout, --backoff-jitter, --keep-alive, --max-runtime
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(
     address: tuple[str, int],
@@ -305,6 +307,11 @@ def command(
     log_level: str,
     events: str | None,
     metrics: str | None,
+    on_exit: tuple[tuple[int, str], ...],
+    on_timeout: str,
+    backoff_jitter: bool,
+    keep_alive: bool,
+    max_runtime: float | None,
 ) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
@@ -332,6 +339,11 @@ def command(
         max_jobs=max_jobs,
         shutdown_timeout=shutdown_timeout,
         batch_scheduling=batch_scheduling,
+        on_exit=on_exit,
+        on_timeout=on_timeout.lower(),
+        backoff_jitter=backoff_jitter,
+        keep_alive=keep_alive,
+        max_runtime=max_runtime,
     )
     extras = Extras(
         embedded=embedded,

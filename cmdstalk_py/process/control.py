@@ -131,11 +131,8 @@ class ControlReader:
 
     def read(self, now: float) -> bool:
         """Read once; False at end of file (every writer closed its end)."""
-        if self.fd < 0:
-            return False
-        try:
-            data = os.read(self.fd, _READ_SIZE)
-        except BlockingIOError:
+        data = self._chunk()
+        if data is None:
             return True
         if not data:
             return False
@@ -147,15 +144,29 @@ class ControlReader:
         self._split(data)
         return True
 
-    def drain(self, now: float) -> None:
-        """After the command exited: read what it left in the pipe, within the budget."""
-        self.paused_until = None
-        for _ in range(self._budget // _READ_SIZE):
-            if not self.read(now) or self.paused_until is not None:
+    def drain(self) -> None:
+        """After the command exited: read what it left in the pipe (at most one budget).
+
+        A last request without its newline counts once the pipe is empty; a flood still
+        going (a descendant writing on) is cut off.
+        """
+        for _ in range(self._budget // _READ_SIZE + 1):
+            data = self._chunk()
+            if not data:  # empty (None) or closed (b""): nothing more to wait for
+                if self._pending and not self._skipping:
+                    self._on_line(bytes(self._pending))
                 break
-        if self._pending and not self._skipping:
-            self._on_line(bytes(self._pending))  # a last request without its newline
+            self._split(data)
         self._pending.clear()
+
+    def _chunk(self) -> bytes | None:
+        """One read; None when the pipe is empty now, b"" at end of file."""
+        if self.fd < 0:
+            return b""
+        try:
+            return os.read(self.fd, _READ_SIZE)
+        except BlockingIOError:
+            return None
 
     def _split(self, data: bytes) -> None:
         start = 0

@@ -243,7 +243,7 @@ class _Run:
         self.out.finish()
         self.err.finish()
         if self.control is not None:
-            self.control.drain(time.monotonic())  # a last request written just before exit
+            self.control.drain()  # a last request written just before exit
         cleanup: tuple[str, ...] = ()
         if self.killer is not None:
             self.killer.finish(None if self.hard else self.kill_at, self.stop_now)

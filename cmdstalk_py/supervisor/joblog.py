@@ -45,8 +45,9 @@ class JobLog:
             how = f"killed by {signal_name(r.signal)}"
         else:
             how = "not run"
-        if r.killed is not None:
-            how += f" (killed: {r.killed.value})"
+        if r.killed is not None:  # what made us kill it: ttr, max_runtime, shutdown
+            killed = r.killed.value
+            how += f" ({killed})" if r.signal is not None else f" (killed: {killed})"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
         error = f" ({r.error})" if r.error else ""
         outcome = r.outcome.value

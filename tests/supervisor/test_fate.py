@@ -3,14 +3,18 @@ actions, the timeout policy, jitter, and the reason recorded for every bury and 
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import greenstalk
 import pytest
 
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.config import parse_on_exit
 from cmdstalk_py.supervisor.results import Outcome, Reason
-from tests.helpers import BeanstalkServer
-from tests.supervisor.conftest import config_for, run_one
+from tests.helpers import BeanstalkServer, wait_until
+from tests.ops.procs import stop_process
+from tests.supervisor.conftest import config_for, read_events, run_one, start_cmdstalk
 
 RULES = parse_on_exit(["3=delete", "4=release", "5=backoff", "6=bury"])
 
@@ -83,3 +87,44 @@ def test_jitter_within_the_curve_over_many_jobs(beanstalk: BeanstalkServer) -> N
     last = {r.job_id: r for r in results}  # a job released with delay 0 may come back
     for r in last.values():  # the delay reported is the delay the server holds
         assert producer.stats_job(r.job_id)["delay"] == r.release_delay
+
+
+def test_reasons_in_the_event_log_and_the_log_lines(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    script = (
+        'read -r what; case "$what" in '
+        "perm) exit 3 ;; "
+        "slow) exec sleep 30 ;; "
+        "note) echo 'progress 2 of 2' >&3 ;; "
+        "ask) echo bury >&3; exit 1 ;; "
+        "esac"
+    )
+    producer = beanstalk.client(use="why")
+    jobs = {what: producer.put(what.encode(), ttr=30) for what in ("perm", "slow", "note", "ask")}
+    proc = start_cmdstalk(
+        "--address", beanstalk.address, "--tubes", "why", "--cmd", script,
+        "--events", str(events), "--on-exit", "3=bury", "--max-runtime", "1",
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(read_events(events)) >= 4, 30, message="4 event records")
+    finally:
+        stop_process(proc)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read().decode()
+    by_id = {r["job_id"]: r for r in read_events(events)}
+    fate = {what: by_id[i] for what, i in jobs.items()}
+    assert {w: (r["outcome"], r["reason"], r["killed"]) for w, r in fate.items()} == {
+        "perm": ("buried", "on_exit", None),
+        "slow": ("timeout_buried", "max_runtime", "max_runtime"),
+        "note": ("deleted", "exit_code", None),
+        "ask": ("buried", "command_request", None),
+    }
+    assert fate["note"]["progress"] == "2 of 2"
+    assert fate["perm"]["exit_code"] == 3 and fate["slow"]["signal"] == "SIGTERM"
+    assert all(r["schema"] == 2 for r in fate.values())
+    assert "exit 3, buried by on_exit" in stderr
+    assert "killed by SIGTERM (max_runtime), timeout_buried by max_runtime" in stderr
+    assert "exit 1, buried by command_request" in stderr

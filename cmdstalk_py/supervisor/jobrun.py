@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
+from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound, ReplyError
 from cmdstalk_py.process import KillReason, ProcessResult
 from cmdstalk_py.process.control import ControlError, parse_request
 from cmdstalk_py.supervisor.config import Config
@@ -109,6 +109,7 @@ class JobRun:
             reserved_at + config.max_runtime if config.max_runtime is not None else None
         )
         self._kill_now: float | None = None  # the reservation is gone: kill at once
+        self._refused = False  # the server refused a touch: no more tries for this job
         self._touch_wanted = False
         self._last_touch = reserved_at
         self._warned_at: float | None = None
@@ -130,7 +131,7 @@ class JobRun:
 
     def next_tick(self) -> float | None:
         """When ``tick`` has a touch to send (None: never, as things stand)."""
-        if self._kill_now is not None:
+        if self._kill_now is not None or self._refused:
             return None
         due: float | None = None
         if self.config.keep_alive and self._touch_helps():
@@ -157,6 +158,11 @@ class JobRun:
         except CONNECTION_ERRORS as e:
             self._on_lost(e)
             self._gone(now, f"connection lost on touch: {e}")
+            return
+        except ReplyError as e:
+            # Not a touch the server takes: the TTR runs on, and the kill comes before it.
+            log.warning("touch refused (%s); the TTR deadline stands", e, extra=self._extra)
+            self._refused = True
             return
         # The server restarted the TTR when it read the touch, after ``now``.
         self._base = self._last_touch = now

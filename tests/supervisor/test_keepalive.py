@@ -3,14 +3,17 @@ command runs; --max-runtime bounds the command instead, and the timeout policy a
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from pathlib import Path
 
 import greenstalk
 import pytest
 
 from cmdstalk_py.supervisor.broker import Broker
-from cmdstalk_py.supervisor.results import Outcome, Reason
-from tests.helpers import BeanstalkServer
+from cmdstalk_py.supervisor.results import JobResult, Outcome, Reason
+from tests.helpers import BeanstalkServer, beanstalkd_path, start_server_process, wait_until
 from tests.supervisor.conftest import Collector, config_for, run_one
 
 
@@ -88,3 +91,34 @@ def test_on_timeout_release_until_max_timeouts(beanstalk: BeanstalkServer) -> No
     producer.kick_job(job_id)
     third = run_one(broker)
     assert (third.outcome, third.reason) == (Outcome.TIMEOUT_BURIED, Reason.MAX_TIMEOUTS)
+
+
+def test_a_failed_touch_kills_the_command_at_once(tmp_path: Path) -> None:
+    """The server dies under a keep-alive job: the touch fails, the job is no longer ours
+    (another worker may get it), so the command is killed now, not at some later deadline."""
+    binary = beanstalkd_path()
+    if binary is None:
+        pytest.skip("no beanstalkd")
+    server = start_server_process(lambda p: [binary, "-l", "127.0.0.1", "-p", str(p)])
+    try:
+        bs = BeanstalkServer("beanstalkd", "127.0.0.1", server.port)
+        # TTR 8: killed 5 s after the last touch; touched every 2.5 s.
+        bs.client(use="doomed").put(b"", ttr=8)
+        started = tmp_path / "started"
+        config = config_for(bs, f"touch {started}; exec sleep 60", keep_alive=True)
+        broker = Broker(config, "doomed", 0)
+        results: list[JobResult | None] = []
+        thread = threading.Thread(target=lambda: results.append(broker.run_once()), daemon=True)
+        thread.start()
+        wait_until(started.exists, 10, message="the command running")
+        bs.close_clients()
+        server.stop(signal.SIGKILL)
+        thread.join(15)
+        assert not thread.is_alive() and results and results[0] is not None
+        result = results[0]
+        assert (result.outcome, result.killed) == (Outcome.LOST, Reason.TTR)
+        # Killed at the first touch that failed (2.5 s), not at the deadline (5 s).
+        assert result.duration_ms < 4500
+        broker.close()
+    finally:
+        server.stop(signal.SIGKILL)

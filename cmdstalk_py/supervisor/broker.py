@@ -307,7 +307,8 @@ class Broker:
         if decision is not None:
             self._report_pending()  # no command will start: the last job's report goes first
             log.warning(
-                "buried without running (releases=%d, timeouts=%d, kicks=%d)",
+                "buried without running by %s (releases=%d, timeouts=%d, kicks=%d)",
+                decision.reason.value if decision.reason else "precheck",
                 releases, timeouts, stats["kicks"],
                 extra=self._joblog.extra(job.id, "precheck_buried"),
             )  # fmt: skip

@@ -128,3 +128,16 @@ def test_reasons_in_the_event_log_and_the_log_lines(
     assert "exit 3, buried by on_exit" in stderr
     assert "killed by SIGTERM (max_runtime), timeout_buried by max_runtime" in stderr
     assert "exit 1, buried by command_request" in stderr
+
+
+def test_precheck_names_its_limit(beanstalk: BeanstalkServer) -> None:
+    producer = beanstalk.client(use="limits")
+    other = beanstalk.client(watch="limits")
+    job_id = producer.put(b"", ttr=30)
+    for _ in range(3):
+        other.release(other.reserve(timeout=5))
+    broker = Broker(config_for(beanstalk, "true", max_releases=3), "limits", 0)
+    result = run_one(broker)
+    assert (result.job_id, result.outcome, result.reason) == (
+        job_id, Outcome.PRECHECK_BURIED, Reason.MAX_RELEASES,
+    )  # fmt: skip

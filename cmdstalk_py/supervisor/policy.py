@@ -175,6 +175,8 @@ def decide(
     """
     if shutdown_killed or (ttr_killed and stopping):
         return _SHUTDOWN_RELEASE
+    if exit_code == 0 and not ttr_killed and not on_exit:
+        return _DELETE  # the common case, before any backoff arithmetic
     curve = backoff_delay(releases, backoff_exponent, backoff_max)
     if rng is not None:
         curve = full_jitter(curve, rng)

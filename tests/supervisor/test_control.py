@@ -18,12 +18,12 @@ from tests.supervisor.conftest import config_for, run_one, supervising
 
 def test_touch_extends_the_deadline(beanstalk: BeanstalkServer) -> None:
     producer = beanstalk.client(use="touchy")
-    job_id = producer.put(b"", ttr=2)
-    # Killed at 1 s after its last touch (TTR 2): touching every 0.4 s, it runs 3 s.
+    job_id = producer.put(b"", ttr=3)
+    # Killed 1.5 s after its last touch (TTR 3): touching every 0.4 s, it runs 3.2 s.
     cmd = 'for i in 1 2 3 4 5 6 7 8; do sleep 0.4; echo touch >&"$CMDSTALK_CONTROL_FD"; done'
     result = run_one(Broker(config_for(beanstalk, cmd), "touchy", 0), timeout=30)
     assert (result.outcome, result.killed, result.exit_code) == (Outcome.DELETED, None, 0)
-    assert result.duration_ms >= 3000
+    assert result.duration_ms >= 3200
     with pytest.raises(greenstalk.NotFoundError):
         producer.stats_job(job_id)
     assert producer.stats()["job-timeouts"] == 0
@@ -31,12 +31,12 @@ def test_touch_extends_the_deadline(beanstalk: BeanstalkServer) -> None:
 
 def test_touch_stops_at_max_runtime(beanstalk: BeanstalkServer) -> None:
     producer = beanstalk.client(use="capped")
-    producer.put(b"", ttr=2)
+    producer.put(b"", ttr=3)
     cmd = "while :; do sleep 0.3; echo touch >&3; done"
-    config = config_for(beanstalk, cmd, max_runtime=2.5)
+    config = config_for(beanstalk, cmd, max_runtime=3.5)
     result = run_one(Broker(config, "capped", 0), timeout=30)
     assert (result.outcome, result.killed) == (Outcome.TIMEOUT_BURIED, Reason.MAX_RUNTIME)
-    assert 2400 <= result.duration_ms < 8000
+    assert 3400 <= result.duration_ms < 9000
 
 
 def test_retry_after_releases_with_that_delay(beanstalk: BeanstalkServer) -> None:

@@ -197,6 +197,10 @@ class Client:
     def bury(self, job_id: int, priority: int) -> None:
         self._command(b"bury %d %d" % (job_id, priority), b"BURIED")
 
+    def touch(self, job_id: int) -> None:
+        """Restart the TTR of a job we hold (``NotFound`` when it is no longer ours)."""
+        self._command(b"touch %d" % job_id, b"TOUCHED")
+
     def stats_job(self, job_id: int) -> StatsJob:
         return cast("StatsJob", parse_stats(self._data(b"stats-job %d" % job_id)))
 

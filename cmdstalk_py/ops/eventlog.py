@@ -1,6 +1,6 @@
 """The per-job event log: one JSON object per finished job, appended to a file or stdout.
 
-The record layout (schema v1) is a contract with the Spark analytics; see README "Event log".
+The record layout (schema v2) is a contract with the Spark analytics; see README "Event log".
 ``EventLog`` is safe with many broker threads and never holds one up for long: records go
 through a bounded queue to one writer thread, each written whole or not at all
 (``appendfile``). It is friendly to logrotate: it reopens its path on SIGHUP (a flag set by
@@ -25,7 +25,7 @@ from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.ops.sinkqueue import SinkQueue
 from cmdstalk_py.supervisor.results import JobResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TAIL_BYTES = 4096  # stdout_tail / stderr_tail bound, in UTF-8 bytes
 # How long a broker waits for its record to be written before it calls the sink stalled.
 WAIT = 1.0
@@ -61,7 +61,10 @@ def bounded_tail(text: str, limit: int = TAIL_BYTES) -> str:
 
 
 def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object]:
-    """``result`` as an event-log record, schema v1, keys in contract order."""
+    """``result`` as an event-log record, schema v2, keys in contract order.
+
+    v2 added ``reason`` (the rule that decided the outcome), ``killed`` (why the supervisor
+    killed the command) and ``progress`` (the command's last progress note)."""
     return {
         "schema": SCHEMA_VERSION,
         "start": iso_utc(result.started_at),
@@ -86,6 +89,9 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
         "stdout_tail": bounded_tail(result.stdout_tail),
         "stderr_tail": bounded_tail(result.stderr_tail),
         "error": result.error,
+        "reason": result.reason.value if result.reason is not None else None,
+        "killed": result.killed.value if result.killed is not None else None,
+        "progress": result.progress,
     }
 
 

@@ -13,7 +13,10 @@ session), ``kill.py`` (TERM -> grace -> KILL to a command's group, tree and mark
 processes), ``marker.py`` (the ``CMDSTALK_RUN`` marker that finds processes which left
 the group and the tree), ``sentinel.py`` (the guard against a killed supervisor),
 ``orphans.py`` (reaping adopted orphans), ``output.py`` (line splitting and tails),
-``result.py`` (``ProcessResult``, ``KillReason``), ``sched.py`` (``SCHED_BATCH``).
+``result.py`` (``ProcessResult``, ``KillReason``), ``sched.py`` (``SCHED_BATCH``),
+``stdin.py`` (writing the payload), ``lease.py`` (``Lease``: a deadline its owner moves
+while the command runs, and timed work on the running thread), ``control.py`` (the
+command's control channel on fd 3: bounded reading and the request grammar).
 """
 
 from cmdstalk_py.process.kill import set_child_subreaper

@@ -22,10 +22,10 @@ _lock = threading.Lock()
 _commands: set[int] = set()
 
 
-def spawn_tracked(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
+def spawn_tracked(argv: Sequence[str], env: Mapping[str, str], control: bool = False) -> Spawned:
     """``spawn``, with the pid registered before any reaper can see it."""
     with _lock:
-        child = spawn(argv, env)
+        child = spawn(argv, env, control)
         _commands.add(child.pid)
     return child
 

@@ -10,6 +10,7 @@ class KillReason(enum.Enum):
     """Why the supervisor killed a command."""
 
     TTR = "ttr"  # the job's deadline (reservation time + TTR - margin) was reached
+    MAX_RUNTIME = "max_runtime"  # the command's own bound (a Lease's deadline) was reached
     SHUTDOWN = "shutdown"  # the supervisor is stopping (stop / stop_now event)
 
 

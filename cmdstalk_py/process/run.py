@@ -16,24 +16,23 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from cmdstalk_py.process.control import CONTROL_ENV, CONTROL_FD, ControlReader
 from cmdstalk_py.process.kill import TreeKiller, group_exists
+from cmdstalk_py.process.lease import FixedLease, Lease
 from cmdstalk_py.process.marker import MARKER, new_token
 from cmdstalk_py.process.orphans import spawn_tracked, untrack
 from cmdstalk_py.process.output import OutputStream
 from cmdstalk_py.process.result import KillReason, ProcessResult
 from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
+from cmdstalk_py.process.stdin import PayloadWriter
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
 _READ_SIZE = 65536
-# A write of at most PIPE_BUF bytes to a fresh pipe always fits (even a pipe shrunk to its
-# minimum size), so small payloads skip switching the pipe to non-blocking mode.
-_PIPE_BUF = select.PIPE_BUF
 # After the process exited, how many more poll rounds may read output still in the pipes;
 # bounds the time a surviving grandchild that keeps writing can hold us.
 _DRAIN_ROUNDS = 64
 _POLLIN = select.POLLIN
-_POLLOUT = select.POLLOUT
 
 
 def run_command(
@@ -54,6 +53,8 @@ def run_command(
     marker: bool = False,
     max_line_bytes: int = 65536,
     poll_interval: float = 0.05,
+    lease: Lease | None = None,
+    on_control: Callable[[bytes], None] | None = None,
 ) -> ProcessResult:
     """Run ``argv`` with ``payload`` on its stdin and ``env`` as its whole environment.
 
@@ -66,6 +67,10 @@ def run_command(
     value) or when ``stop`` is set, SIGTERM goes to the process group and every descendant,
     SIGKILL to whatever is left ``grace`` seconds later; ``stop_now`` sends SIGKILL at once.
     ``on_kill`` is told each signal sent. Events are checked every ``poll_interval`` s.
+    A ``lease`` (``lease.py``) replaces ``deadline``: a deadline that may move while the
+    command runs, and timed work (``tick``) done on this thread.
+    With ``on_control``, the command gets a control channel (``control.py``): a pipe on
+    fd 3, named in ``CMDSTALK_CONTROL_FD``; each request line goes to ``on_control``.
     ``on_started`` is called once the command runs and a payload that fits the pipe buffer
     is written: work the caller can do while waiting for it (a broker reports the last job).
     With ``reap_group``, members of the group left behind by a command that exited on its
@@ -86,8 +91,14 @@ def run_command(
     token = new_token()
     # Told before the spawn: a supervisor killed right after it still has this run guarded.
     tell_sentinel("+" + token)
+    if marker or on_control is not None:
+        env = {**env, MARKER: token} if marker else dict(env)
+        if on_control is not None:
+            env[CONTROL_ENV] = str(CONTROL_FD)
+    if lease is None and deadline is not None:
+        lease = FixedLease(deadline)
     try:
-        child = spawn_tracked(argv, {**env, MARKER: token} if marker else env)
+        child = spawn_tracked(argv, env, control=on_control is not None)
     except (OSError, ValueError) as exc:
         tell_sentinel("-" + token)
         return ProcessResult.not_started(
@@ -101,13 +112,14 @@ def run_command(
         started,
         out,
         err,
-        deadline,
+        lease,
         grace,
         stop,
         stop_now,
         on_kill,
         on_started,
         poll_interval,
+        on_control,
     )
     try:
         return run.execute(reap_group)
@@ -120,7 +132,7 @@ class _Run:
     """State of one running command; ``execute`` is the poll loop."""
 
     __slots__ = (
-        "deadline",
+        "control",
         "ended",
         "err",
         "grace",
@@ -128,10 +140,10 @@ class _Run:
         "kill_at",
         "killed",
         "killer",
+        "lease",
         "on_kill",
         "on_started",
         "out",
-        "payload",
         "pid",
         "pidfd",
         "poll_interval",
@@ -140,12 +152,10 @@ class _Run:
         "started",
         "status",
         "stdin",
-        "stdin_polled",
         "stop",
         "stop_now",
         "streams",
         "token",
-        "written",
     )
 
     def __init__(
@@ -156,13 +166,14 @@ class _Run:
         started: float,
         out: OutputStream,
         err: OutputStream,
-        deadline: float | None,
+        lease: Lease | None,
         grace: float,
         stop: threading.Event | None,
         stop_now: threading.Event | None,
         on_kill: Callable[[str], None] | None,
         on_started: Callable[[], None] | None,
         poll_interval: float,
+        on_control: Callable[[bytes], None] | None = None,
     ) -> None:
         self.pid = child.pid
         self.token = token
@@ -171,11 +182,12 @@ class _Run:
         self.out = out
         self.err = err
         self.streams: dict[int, OutputStream] = {child.stdout: out, child.stderr: err}
-        self.stdin: int | None = child.stdin
-        self.stdin_polled = False  # registered for POLLOUT (payload larger than PIPE_BUF)
-        self.payload = memoryview(payload)
-        self.written = 0
-        self.deadline = deadline
+        self.poller = select.poll()
+        self.stdin = PayloadWriter(child.stdin, payload, self.poller)
+        self.control: ControlReader | None = None
+        if on_control is not None and child.control >= 0:
+            self.control = ControlReader(child.control, on_control, self.poller)
+        self.lease = lease
         self.grace = grace
         self.stop = stop
         self.stop_now = stop_now
@@ -188,7 +200,6 @@ class _Run:
         self.killer: TreeKiller | None = None
         self.kill_at: float | None = None  # when SIGTERM escalates to SIGKILL
         self.hard = False  # SIGKILL sent
-        self.poller = select.poll()
         self.pidfd = -1  # opened in execute(), so close() cleans up if that fails
 
     # -- the loop ---------------------------------------------------------------------
@@ -200,7 +211,9 @@ class _Run:
         poller.register(self.pidfd, _POLLIN)
         for fd in self.streams:
             poller.register(fd, _POLLIN)
-        self._start_stdin()
+        if self.control is not None:
+            self.control.start()
+        self.stdin.start()
         # A deadline already past or a stop already requested acts now, not a poll later.
         self._check_kill(time.monotonic())
         if self.on_started is not None:
@@ -213,10 +226,12 @@ class _Run:
             for fd, _mask in events:
                 if fd == self.pidfd:
                     self._reap()
-                elif fd == self.stdin:
-                    self._write_stdin()
+                elif fd == self.stdin.fd:
+                    self.stdin.write()
                 elif fd in self.streams:
                     self._read(fd)
+                elif self.control is not None and fd == self.control.fd:
+                    self.control.on_readable(time.monotonic())
             if self.reaped:
                 # Take what is already in the pipes, then stop: whoever still holds them
                 # open is not the command.
@@ -227,6 +242,8 @@ class _Run:
                 self._check_kill(time.monotonic())
         self.out.finish()
         self.err.finish()
+        if self.control is not None:
+            self.control.drain()  # a last request written just before exit
         cleanup: tuple[str, ...] = ()
         if self.killer is not None:
             self.killer.finish(None if self.hard else self.kill_at, self.stop_now)
@@ -241,62 +258,20 @@ class _Run:
         """Milliseconds until the next thing to check (-1: only I/O can wake us)."""
         wake: float | None = None
         if self.killed is None:
-            wake = self.deadline
+            if self.lease is not None:
+                wake = _earliest(self.lease.deadline()[0], self.lease.next_tick())
             if self.stop is not None or self.stop_now is not None:
-                check = now + self.poll_interval
-                wake = check if wake is None else min(wake, check)
+                wake = _earliest(wake, now + self.poll_interval)
         elif not self.hard and self.kill_at is not None:
             wake = self.kill_at
             if self.stop_now is not None:
                 wake = min(wake, now + self.poll_interval)
+        if self.control is not None and self.control.fd >= 0:
+            wake = _earliest(wake, self.control.paused_until)
         if wake is None:
             return -1
         # Round up so we never wake a hair before the deadline and spin.
         return max(0, int((wake - now) * 1000.0) + 1)
-
-    # -- stdin ------------------------------------------------------------------------
-
-    def _start_stdin(self) -> None:
-        fd = self.stdin
-        assert fd is not None
-        size = len(self.payload)
-        if size == 0:
-            self._close_stdin()
-        elif size <= _PIPE_BUF:
-            # (Not contextlib.suppress: that is an object and two calls more, every job.)
-            try:  # noqa: SIM105
-                os.write(fd, self.payload)
-            except BrokenPipeError:
-                pass  # the command closed stdin or exited without reading: its business
-            self._close_stdin()
-        else:
-            os.set_blocking(fd, False)
-            self._write_stdin()
-            if self.stdin is not None:
-                self.poller.register(fd, _POLLOUT)
-                self.stdin_polled = True
-
-    def _write_stdin(self) -> None:
-        fd = self.stdin
-        assert fd is not None
-        try:
-            while self.written < len(self.payload):
-                self.written += os.write(fd, self.payload[self.written :])
-        except BlockingIOError:
-            return  # pipe full: poll tells us when there is room
-        except BrokenPipeError:
-            pass
-        self._close_stdin()
-
-    def _close_stdin(self) -> None:
-        fd = self.stdin
-        if fd is None:
-            return
-        self.stdin = None
-        if self.stdin_polled:
-            self.poller.unregister(fd)
-            self.stdin_polled = False
-        os.close(fd)
 
     # -- stdout / stderr --------------------------------------------------------------
 
@@ -322,15 +297,24 @@ class _Run:
         self.poller.unregister(self.pidfd)
         os.close(self.pidfd)
         self.pidfd = -1
-        self._close_stdin()  # nobody left to read the rest of the payload
+        self.stdin.close()  # nobody left to read the rest of the payload
 
     def _check_kill(self, now: float) -> None:
+        if self.control is not None:
+            self.control.resume(now)
         if self.stop_now is not None and self.stop_now.is_set():
             self._escalate(KillReason.SHUTDOWN)
         elif self.killed is None:
-            if self.deadline is not None and now >= self.deadline:
-                self._terminate(KillReason.TTR, now)
-            elif self.stop is not None and self.stop.is_set():
+            lease = self.lease
+            if lease is not None:
+                tick = lease.next_tick()
+                if tick is not None and now >= tick:
+                    lease.tick(now)
+                deadline, reason = lease.deadline()
+                if now >= deadline:
+                    self._terminate(reason, now)
+                    return
+            if self.stop is not None and self.stop.is_set():
                 self._terminate(KillReason.SHUTDOWN, now)
         elif self.kill_at is not None and now >= self.kill_at:
             self._escalate(self.killed)
@@ -388,9 +372,17 @@ class _Run:
                 os.waitpid(self.pid, 0)
             untrack(self.pid)
             self.reaped = True
-        for fd in (self.stdin, self.pidfd, *self.streams):
-            if fd is not None and fd >= 0:
+        self.stdin.close()
+        if self.control is not None:
+            self.control.close()
+        for fd in (self.pidfd, *self.streams):
+            if fd >= 0:
                 os.close(fd)
-        self.stdin = None
         self.pidfd = -1
         self.streams.clear()
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

@@ -15,6 +15,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from cmdstalk_py.process.control import CONTROL_FD
 from cmdstalk_py.process.sched import spawn_options
 
 # Signals the command gets with default disposition even if the supervisor ignores them
@@ -44,6 +45,7 @@ class Spawned(NamedTuple):
     stdin: int  # write end
     stdout: int  # read end
     stderr: int  # read end
+    control: int = -1  # read end of the control channel (``control.py``); -1: none
 
 
 def _above_stdio(fds: list[int]) -> None:
@@ -57,8 +59,11 @@ def _above_stdio(fds: list[int]) -> None:
             os.close(fd)
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
+def spawn(argv: Sequence[str], env: Mapping[str, str], control: bool = False) -> Spawned:
     """Start ``argv`` in a new session (its own process group), stdio on fresh pipes.
+
+    With ``control``, the write end of one more pipe is the command's fd 3 (its control
+    channel); ours keeps only the read end.
 
     Raises OSError (e.g. FileNotFoundError) when the program cannot be executed; nothing
     leaks in that case. A program name without ``/`` is looked up in the supervisor's PATH.
@@ -73,14 +78,23 @@ def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
         fds += (out_r, out_w)
         err_r, err_w = os.pipe()
         fds += (err_r, err_w)
+        if control:
+            fds += os.pipe()
         if min(fds) < 3:  # only when the supervisor runs with 0/1/2 closed
             _above_stdio(fds)
-            in_r, in_w, out_r, out_w, err_r, err_w = fds
+        if control and fds[7] == CONTROL_FD:
+            # A dup2 onto itself would keep close-on-exec: move the command's end away.
+            fds[7] = fcntl.fcntl(CONTROL_FD, fcntl.F_DUPFD_CLOEXEC, CONTROL_FD + 1)
+            os.close(CONTROL_FD)
+        in_r, in_w, out_r, out_w, err_r, err_w = fds[:6]
         actions = [
             (os.POSIX_SPAWN_DUP2, in_r, 0),
             (os.POSIX_SPAWN_DUP2, out_w, 1),
             (os.POSIX_SPAWN_DUP2, err_w, 2),
         ]
+        if control:
+            # Last: fd 3 may be one of the pipe ends above, needed until their dup2.
+            actions.append((os.POSIX_SPAWN_DUP2, fds[7], CONTROL_FD))
         launch = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
         pid = launch(
             argv[0],
@@ -99,7 +113,10 @@ def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
     os.close(in_r)
     os.close(out_w)
     os.close(err_w)
-    return Spawned(pid, in_w, out_r, err_r)
+    if not control:
+        return Spawned(pid, in_w, out_r, err_r)
+    os.close(fds[7])  # the command's end: only the command may hold it
+    return Spawned(pid, in_w, out_r, err_r, fds[6])
 
 
 def describe_spawn_error(exc: BaseException, argv: Sequence[str]) -> str:

@@ -1,4 +1,4 @@
-"""Reading the supervisor's event log (schema v1) into Spark with a fixed schema.
+"""Reading the supervisor's event log (schema v2, and v1) into Spark with a fixed schema.
 
 The schema is the contract in the README's "Event log" section (cmdstalk_py/ops/eventlog.py writes
 it). It is never inferred: inference over thousands of files is slow, and a log whose first
@@ -24,7 +24,9 @@ from pyspark.sql.types import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# A v1 record is a v2 record without the keys v2 added: read as nulls.
+READABLE_VERSIONS = (1, 2)
 CORRUPT = "_corrupt_record"
 # Outcome words, as cmdstalk_py.supervisor.results.Outcome spells them.
 DELETED = "deleted"
@@ -59,6 +61,9 @@ EVENT_SCHEMA = StructType(
         StructField("stdout_tail", StringType()),
         StructField("stderr_tail", StringType()),
         StructField("error", StringType()),
+        StructField("reason", StringType()),
+        StructField("killed", StringType()),
+        StructField("progress", StringType()),
     ]
 )
 
@@ -81,7 +86,7 @@ class EventLogData:
 def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
     """Parse JSON-lines event logs (globs allowed) with the fixed schema.
 
-    ``events`` has the schema-v1 columns plus ``start_ts`` / ``end_ts`` (UTC timestamps)
+    ``events`` has the schema-v2 columns plus ``start_ts`` / ``end_ts`` (UTC timestamps)
     and ``date`` (of start); ``rejected`` has one column, ``line``: the lines that were
     malformed, had another schema version, or no parseable start time or tube.
     """
@@ -97,7 +102,7 @@ def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
     )
     good = (
         F.col(CORRUPT).isNull()
-        & (F.col("schema") == SCHEMA_VERSION)
+        & F.col("schema").isin(*READABLE_VERSIONS)
         & F.col("start_ts").isNotNull()
         & F.col("tube").isNotNull()
     )

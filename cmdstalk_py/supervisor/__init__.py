@@ -3,6 +3,7 @@
 Modules, from the command line inwards:
 
 - ``cli``: the ``cmdstalk`` command line (click), every option also from ``CMDSTALK_*``;
+  ``fateflags`` adds the options of a job's fate (``--on-exit``, ``--keep-alive``, …);
   ``goflags`` rewrites Go cmdstalk's spellings (``-all -per-tube=6``) before click parses.
 - ``configmode``: ``--config FILE [--check]``: refuse pool flags beside it, print or run.
 - ``poolfile``: the TOML config file → one ``Config`` per pool, each key checked by its
@@ -13,8 +14,11 @@ Modules, from the command line inwards:
 - ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED, signals, shutdown.
 - ``dispatcher``: which brokers exist (``--tubes``, ``--all`` discovery), one thread each.
 - ``broker``: one connection, one tube: reserve, stats-job, run, delete/release/bury.
+- ``jobrun``: one job beside its command: the deadline (``--keep-alive`` touches,
+  ``--max-runtime``), the command's control requests, the decision at its end.
 - ``cmdcheck``: a command that cannot run (exit 126/127, no shell): one ERROR per broker.
-- ``policy``: pure decisions: precheck, release backoff, bury, the TTR kill schedule.
+- ``policy``: pure decisions: precheck, release backoff and jitter, exit-code actions,
+  the timeout policy, the TTR kill schedule; each decision names its rule (``Reason``).
 - ``budget``: ``--max-jobs`` shared by every broker.
 - ``results``: ``JobResult`` and ``Outcome``, the contract with the event log and Spark.
 - ``joblog``: the log lines a broker writes about its jobs and their output.

@@ -37,7 +37,6 @@ from cmdstalk_py.client.errors import (
 from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import (
-    KillReason,
     ProcessResult,
     batch_thread,
     restore_thread,
@@ -48,7 +47,8 @@ from cmdstalk_py.supervisor.cmdcheck import CommandCheck
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.jobenv import job_environment
 from cmdstalk_py.supervisor.joblog import JobLog
-from cmdstalk_py.supervisor.policy import Decision, decide, kill_schedule, precheck
+from cmdstalk_py.supervisor.jobrun import JobRun, killed_reason
+from cmdstalk_py.supervisor.policy import Decision, precheck
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 if TYPE_CHECKING:
@@ -295,6 +295,7 @@ class Broker:
         # A job reserved just as shutdown began runs like any other: releasing it unrun
         # would count a release against it, and it is bounded by its TTR all the same.
         proc: ProcessResult | None = None
+        run: JobRun | None = None
         error: str | None = None
         decision = precheck(
             releases,
@@ -306,14 +307,17 @@ class Broker:
         if decision is not None:
             self._report_pending()  # no command will start: the last job's report goes first
             log.warning(
-                "buried without running (releases=%d, timeouts=%d, kicks=%d)",
+                "buried without running by %s (releases=%d, timeouts=%d, kicks=%d)",
+                decision.reason.value if decision.reason else "precheck",
                 releases, timeouts, stats["kicks"],
                 extra=self._joblog.extra(job.id, "precheck_buried"),
             )  # fmt: skip
         else:
-            proc = self._run(job, stats, reserved_at)
+            run = self._job_run(client, job, stats, reserved_at)
+            proc = self._run(job, stats, run)
             self._cmdcheck.check(job.id, proc)
-            decision = self._decide(proc, releases)
+            # The stop event is never cleared: set now means set before the command ended.
+            decision = run.decide(proc, stopping=self._stop.is_set())
             error = proc.spawn_error
         if prefetch and decision.command != "none":
             self._reserve_ahead(client)
@@ -338,6 +342,9 @@ class Broker:
             stdout_tail=proc.stdout_tail.decode("utf-8", "replace") if proc else "",
             stderr_tail=proc.stderr_tail.decode("utf-8", "replace") if proc else "",
             error=act_error or error,
+            reason=decision.reason if outcome is decision.outcome else None,
+            killed=killed_reason(proc),
+            progress=run.progress if run else None,
         )
 
     def _reserve_ahead(self, client: Client) -> None:
@@ -346,8 +353,19 @@ class Broker:
             client.reserve_next(self.config.reserve_timeout)
             self._ticket_held = True
 
-    def _run(self, job: Job, stats: StatsJob, reserved_at: float) -> ProcessResult:
-        plan = kill_schedule(stats["ttr"], self.config.ttr_margin, self.config.kill_grace)
+    def _job_run(self, client: Client, job: Job, stats: StatsJob, reserved_at: float) -> JobRun:
+        return JobRun(
+            self.config,
+            client,
+            job.id,
+            stats,
+            reserved_at,
+            server=self.config.address,
+            extra=self._joblog.extra(job.id, "control"),
+            on_lost=self.connection.drop,
+        )
+
+    def _run(self, job: Job, stats: StatsJob, run: JobRun) -> ProcessResult:
         env = job_environment(self._env, job.id, self.tube, stats, job.body)
         self._observer.broker_busy(self.tube, self.slot, True)
         try:
@@ -355,8 +373,8 @@ class Broker:
                 self._argv,
                 job.body,
                 env,
-                deadline=reserved_at + plan.term_after,
-                grace=plan.grace,
+                lease=run,
+                grace=run.plan.grace,
                 tail_bytes=self.config.tail_bytes,
                 on_stdout_line=self._joblog.line_logger(job.id, "stdout"),
                 on_stderr_line=self._joblog.line_logger(job.id, "stderr"),
@@ -366,23 +384,11 @@ class Broker:
                 on_started=self._report_pending,
                 # CMDSTALK_RUN: kills reach processes that left the group and the tree.
                 marker=True,
+                on_control=run.on_control,
             )
         finally:
+            run.finish()
             self._observer.broker_busy(self.tube, self.slot, False)
-
-    def _decide(self, proc: ProcessResult, releases: int) -> Decision:
-        c = self.config
-        return decide(
-            exit_code=proc.exit_code,
-            ttr_killed=proc.killed is KillReason.TTR,
-            shutdown_killed=proc.killed is KillReason.SHUTDOWN,
-            # The stop event is never cleared: set now means set before the command ended.
-            stopping=self._stop.is_set(),
-            releases=releases,
-            bury_exit_codes=c.bury_exit_codes,
-            backoff_exponent=c.backoff_exponent,
-            backoff_max=c.backoff_max,
-        )
 
     def _act(
         self, client: Client, job: Job, decision: Decision, pri: int

@@ -29,6 +29,7 @@ from cmdstalk_py.supervisor.config import (
     parse_tubes,
     validate_cmd,
 )
+from cmdstalk_py.supervisor.fateflags import fate_options
 from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
 
 T = TypeVar("T")
@@ -302,6 +303,7 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     default=False,
     help="With --config: validate the file, print the resolved pools and exit.",
 )
+@fate_options  # --on-exit, --on-timeout, --backoff-jitter, --keep-alive, --max-runtime
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(
     address: tuple[str, int],
@@ -333,6 +335,11 @@ def command(
     metrics: str | None,
     config_file: Path | None,
     check: bool,
+    on_exit: tuple[tuple[int, str], ...],
+    on_timeout: str,
+    backoff_jitter: bool,
+    keep_alive: bool,
+    max_runtime: float | None,
 ) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
@@ -378,6 +385,11 @@ def command(
         max_jobs=max_jobs,
         shutdown_timeout=shutdown_timeout,
         batch_scheduling=batch_scheduling,
+        on_exit=on_exit,
+        on_timeout=on_timeout.lower(),
+        backoff_jitter=backoff_jitter,
+        keep_alive=keep_alive,
+        max_runtime=max_runtime,
     )
     sys.exit(run_supervisor(config, extras))
 

@@ -123,6 +123,50 @@ def parse_exit_codes(text: str) -> frozenset[int]:
     return frozenset(codes)
 
 
+#: The actions of ``--on-exit CODE=ACTION`` (``policy.ExitAction``).
+EXIT_ACTIONS = ("delete", "release", "backoff", "bury")
+#: What ``--on-timeout`` may do with a job killed at its TTR or ``--max-runtime``.
+TIMEOUT_ACTIONS = ("bury", "release")
+
+
+def parse_on_exit(values: Iterable[str]) -> tuple[tuple[int, str], ...]:
+    """``["75=release", "64-78=bury,3=delete"]`` → ((3, "delete"), (64, "bury"), …).
+
+    Each rule is CODE=ACTION or LOW-HIGH=ACTION (codes 0-255), separated by commas or
+    whitespace, repeatable; a later rule for the same code wins. Sorted by code.
+    """
+    rules: dict[int, str] = {}
+    for value in values:
+        for rule in value.replace(",", " ").split():
+            codes, sep, action = rule.partition("=")
+            action = action.strip().lower()
+            if not sep or action not in EXIT_ACTIONS:
+                raise ValueError(
+                    f"invalid exit rule {rule!r}: expected CODE=ACTION, ACTION one of "
+                    + ", ".join(EXIT_ACTIONS)
+                )
+            for code in _code_range(codes):
+                rules[code] = action
+    return tuple(sorted(rules.items()))
+
+
+def _code_range(text: str) -> range:
+    low, dash, high = text.strip().partition("-")
+    if not dash:
+        high = low
+    if not (low.isdigit() and high.isdigit()) or not 0 <= int(low) <= int(high) <= 255:
+        raise ValueError(f"invalid exit code {text!r}: expected 0-255 or LOW-HIGH")
+    return range(int(low), int(high) + 1)
+
+
+def parse_on_timeout(text: str) -> str:
+    """``bury`` (the default, as in Go) or ``release`` (along the backoff curve)."""
+    action = text.strip().lower()
+    if action not in TIMEOUT_ACTIONS:
+        raise ValueError(f"invalid timeout action {text!r}: expected bury or release")
+    return action
+
+
 def parse_shell(text: str) -> tuple[str, ...]:
     """``"/bin/bash -c"`` → ("/bin/bash", "-c"); the command is appended as one argument."""
     try:

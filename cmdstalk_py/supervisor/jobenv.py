@@ -1,4 +1,11 @@
-"""The ``CMDSTALK_*`` environment a job's command gets: who the job is, never its payload."""
+"""The ``CMDSTALK_*`` environment a job's command gets: who the job is, never its payload.
+
+Two more are added where the command is started (``cmdstalk_py.process``):
+``CMDSTALK_RUN``, the run marker that lets kills find its escaped descendants, and
+``CMDSTALK_CONTROL_FD`` (``3``), the descriptor of its control channel: one-line requests
+``touch``, ``retry-after SECONDS``, ``bury``, ``progress TEXT`` (``process/control.py``;
+what each does: ``supervisor/jobrun.py``).
+"""
 
 from __future__ import annotations
 

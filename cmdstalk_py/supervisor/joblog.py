@@ -14,9 +14,11 @@ from collections.abc import Callable
 from cmdstalk_py.ops.eventlog import signal_name
 from cmdstalk_py.ops.logsink import OUTPUT_LOGGER
 from cmdstalk_py.ops.observers import Observer
-from cmdstalk_py.supervisor.results import JobResult, Outcome
+from cmdstalk_py.supervisor.results import JobResult, Outcome, Reason
 
 log = logging.getLogger("cmdstalk.broker")
+# Reasons a result line leaves out: the default exit-code rule says nothing new.
+_PLAIN = (None, Reason.EXIT_CODE)
 output_log = logging.getLogger(OUTPUT_LOGGER)
 
 
@@ -43,10 +45,15 @@ class JobLog:
             how = f"killed by {signal_name(r.signal)}"
         else:
             how = "not run"
+        if r.killed is not None:  # what made us kill it: ttr, max_runtime, shutdown
+            killed = r.killed.value
+            how += f" ({killed})" if r.signal is not None else f" (killed: {killed})"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
         error = f" ({r.error})" if r.error else ""
         outcome = r.outcome.value
-        msg = f"{how}, {outcome}{delay} in {r.duration_ms:.0f} ms{error}"
+        # The rule is worth a word only where it is not the default one.
+        why = f" by {r.reason.value}" if r.reason not in _PLAIN else ""
+        msg = f"{how}, {outcome}{why}{delay} in {r.duration_ms:.0f} ms{error}"
         log.log(level, msg, extra=self.extra(r.job_id, outcome))
 
     def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:

@@ -24,6 +24,21 @@ class Outcome(enum.Enum):
     LOST = "lost"  # connection lost or NOT_FOUND: the server had already taken the job back
 
 
+class Reason(enum.Enum):
+    """The rule that decided a job's outcome, or why the supervisor killed its command."""
+
+    EXIT_CODE = "exit_code"  # the default rule: 0 deletes, anything else backs off
+    ON_EXIT = "on_exit"  # a configured rule: --on-exit CODE=ACTION or --bury-exit-codes
+    SIGNAL = "signal"  # the command died by a signal the supervisor did not send
+    NOT_STARTED = "not_started"  # the command could not be started
+    MAX_RELEASES = "max_releases"  # reserved with --max-releases releases: buried unrun
+    MAX_TIMEOUTS = "max_timeouts"  # --max-timeouts reached (server expiries or our kills)
+    COMMAND_REQUEST = "command_request"  # the command asked (retry-after, bury)
+    TTR = "ttr"  # killed ahead of its TTR (or its reservation was gone)
+    MAX_RUNTIME = "max_runtime"  # killed at --max-runtime
+    SHUTDOWN = "shutdown"  # killed or released because the supervisor was stopping
+
+
 class JobResult(NamedTuple):
     """One finished job. Times are UNIX epoch seconds (float); tails are decoded text.
 
@@ -49,6 +64,9 @@ class JobResult(NamedTuple):
     stdout_tail: str = ""
     stderr_tail: str = ""
     error: str | None = None  # why the job was LOST, or why the command could not start
+    reason: Reason | None = None  # the rule that decided the outcome (None when LOST)
+    killed: Reason | None = None  # why we killed the command: TTR, MAX_RUNTIME or SHUTDOWN
+    progress: str | None = None  # the command's last ``progress`` note (control channel)
 
     @property
     def duration_ms(self) -> float:

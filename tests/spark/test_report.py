@@ -92,7 +92,7 @@ def write_logs(tmp: Path) -> Path:
         (logs / f"{host}.jsonl").write_bytes(lines)
     (logs / "junk.jsonl").write_bytes(
         b'not json\n{"schema": 1, "tube": "alpha", "start": "yesterday"}\n'
-        + encode_line({**event_record(alpha[0], "h3", 1), "schema": 2})
+        + encode_line({**event_record(alpha[0], "h3", 1), "schema": 99})
     )
     return logs
 

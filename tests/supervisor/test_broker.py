@@ -101,6 +101,8 @@ def test_command_environment(beanstalk: BeanstalkServer) -> None:
         "CMDSTALK_IDEMPOTENCY_KEY": "sha256:" + hashlib.sha256(b"secret-payload").hexdigest(),
         # The run marker (process/marker.py): this supervisor's pid, then a sequence number.
         "CMDSTALK_RUN": env["CMDSTALK_RUN"],
+        # The control channel's fd (process/control.py).
+        "CMDSTALK_CONTROL_FD": "3",
     }
     assert {k: v for k, v in env.items() if k.startswith("CMDSTALK_")} == expected
     assert int(env["CMDSTALK_AGE"]) >= 0

@@ -99,6 +99,11 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_METRICS": "127.0.0.1:9100",
         "CMDSTALK_CONFIG": "/etc/cmdstalk/pools.toml",
         "CMDSTALK_CHECK": "true",
+        "CMDSTALK_ON_EXIT": "75=release 64-65=bury,3=delete",
+        "CMDSTALK_ON_TIMEOUT": "release",
+        "CMDSTALK_BACKOFF_JITTER": "true",
+        "CMDSTALK_KEEP_ALIVE": "true",
+        "CMDSTALK_MAX_RUNTIME": "3600",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -133,6 +138,11 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "metrics": "127.0.0.1:9100",
         "config_file": Path("/etc/cmdstalk/pools.toml"),
         "check": True,
+        "on_exit": ((3, "delete"), (64, "bury"), (65, "bury"), (75, "release")),
+        "on_timeout": "release",
+        "backoff_jitter": True,
+        "keep_alive": True,
+        "max_runtime": 3600.0,
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2
@@ -149,6 +159,11 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         (["--cmd", "x", "--address", "nohost"], "malformed address"),
         (["--cmd", "x", "--address", "h:99999"], "malformed address"),
         (["--cmd", "x", "--bury-exit-codes", "0"], "invalid exit code"),
+        (["--cmd", "x", "--on-exit", "3=explode"], "invalid exit rule"),
+        (["--cmd", "x", "--on-exit", "256=bury"], "invalid exit code"),
+        (["--cmd", "x", "--on-exit", "9-3=bury"], "invalid exit code"),
+        (["--cmd", "x", "--on-timeout", "delete"], "--on-timeout"),
+        (["--cmd", "x", "--max-runtime", "0"], "--max-runtime"),
         (["--per-tube", "2"], "--cmd"),
         (["--cmd", "x", "--nope"], "--nope"),
     ],

@@ -68,7 +68,7 @@ def test_only_the_command_holds_the_write_end() -> None:
     seen: dict[str, int] = {}
 
     def count_our_ends() -> None:
-        inode = os.readlink(f"/proc/{only_child()}/fd/3")
+        inode = os.readlink(f"/proc/{child_running('sleep 0.3')}/fd/3")
         ours = [fd for fd in os.listdir("/proc/self/fd") if _link(f"/proc/self/fd/{fd}") == inode]
         seen["ours"] = len(ours)
         seen["writable"] = sum(1 for fd in ours if _flags(fd) & os.O_WRONLY)
@@ -79,10 +79,11 @@ def test_only_the_command_holds_the_write_end() -> None:
     assert seen == {"ours": 1, "writable": 0}
 
 
-def only_child() -> int:
+def child_running(command: str) -> int:
+    """Our child running ``command``: under xdist, session fixtures' servers are children too."""
     import psutil
 
-    (child,) = psutil.Process().children()
+    (child,) = [p for p in psutil.Process().children() if command in " ".join(p.cmdline())]
     return child.pid
 
 

@@ -49,6 +49,8 @@ class JobResult(NamedTuple):
     stdout_tail: str = ""
     stderr_tail: str = ""
     error: str | None = None  # why the job was LOST, or why the command could not start
+    server: str = ""  # host:port of the server the job came from (schema v2)
+    pool: str = "default"  # the pool whose worker ran it (schema v2)
 
     @property
     def duration_ms(self) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from cmdstalk_py import __version__
+from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.eventlog import EventLog
 from cmdstalk_py.ops.logsetup import configure_logging, lean_records
 from cmdstalk_py.ops.observers import Observers
@@ -89,11 +90,12 @@ def run_supervisor(config: Config, extras: Extras) -> int:
         if notifier.enabled:
             observers.add(notifier)
         log.info(
-            "cmdstalk %s: %s on %s, %d per tube, cmd %r",
+            "cmdstalk %s: %s on %s, %s, cmd %r",
             __version__,
             "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes),
-            config.address,
-            config.per_tube,
+            ",".join(format_address(h, p) for h, p in config.addresses),
+            f"{config.per_tube} per tube" if config.workers is None
+            else f"{config.workers} shared worker(s) per server",
             config.cmd,
         )
         return supervisor.run()

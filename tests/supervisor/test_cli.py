@@ -96,6 +96,9 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_LOG_LEVEL": "debug",
         "CMDSTALK_EVENTS": "-",
         "CMDSTALK_METRICS": "127.0.0.1:9100",
+        "CMDSTALK_WORKERS": "4",
+        "CMDSTALK_TUBE_LIMIT": "x=2 y=1",
+        "CMDSTALK_TUBE_RATE": "x=5/s:10",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -128,6 +131,9 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "log_level": "DEBUG",
         "events": "-",
         "metrics": "127.0.0.1:9100",
+        "workers": 4,
+        "tube_limits": (("x", 2), ("y", 1)),
+        "tube_rates": (("x", 5.0, 10.0),),
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2

@@ -1,0 +1,155 @@
+"""Pools (issue #18): shared workers over several tubes, no idle polling, discovery that
+retires the workers of tubes that are gone, globs. Real servers, real commands."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import greenstalk
+
+from cmdstalk_py.supervisor.results import Outcome
+from tests.helpers import BeanstalkServer, wait_until
+from tests.supervisor.conftest import supervising
+
+# Each command appends "start" / "end" lines with its job id: the commands themselves say
+# how many ran at once, whatever the supervisor believes.
+RECORD = (
+    'echo "start $CMDSTALK_JOB_ID $CMDSTALK_TUBE" >> {log}; sleep {secs}; '
+    'echo "end $CMDSTALK_JOB_ID" >> {log}'
+)
+
+
+def record(log: Path, secs: float) -> str:
+    return RECORD.format(log=log, secs=secs)
+
+
+def most_at_once(log: Path, tube: str | None = None) -> int:
+    """The most jobs (of ``tube``) running at once, from the commands' own start/end lines."""
+    running: set[str] = set()
+    tubes: dict[str, str] = {}
+    peak = 0
+    for line in log.read_text().splitlines():
+        word, job_id, *rest = line.split()
+        if word == "start":
+            tubes[job_id] = rest[0]
+            if tube is None or rest[0] == tube:
+                running.add(job_id)
+        else:
+            running.discard(job_id)
+        peak = max(peak, len(running))
+    return peak
+
+
+def put_in(server: BeanstalkServer, tube: str, n: int, **kw: Any) -> list[int]:
+    """Put ``n`` jobs in ``tube``, leaving no client that uses it (that keeps it alive)."""
+    producer = server.client(use=tube)
+    ttr = kw.pop("ttr", 30)
+    ids = [producer.put(b"", ttr=ttr, **kw) for _ in range(n)]
+    producer.use("default")
+    return ids
+
+
+def test_shared_pool_runs_exactly_n_at_once(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
+    log = tmp_path / "runs"
+    ids = put_in(beanstalk, "sh-a", 5) + put_in(beanstalk, "sh-b", 5)
+    with supervising(beanstalk, record(log, 0.4), tubes=("sh-a", "sh-b"), workers=3) as run:
+        results = run.collector.wait_results(10, timeout=30)
+    assert sorted(r.job_id for r in results) == sorted(ids)
+    assert all(r.outcome is Outcome.DELETED for r in results)
+    assert {r.tube for r in results} == {"sh-a", "sh-b"}
+    assert most_at_once(log) == 3  # not 3 per tube (6), as --per-tube 3 would run
+
+
+def test_one_worker_takes_jobs_in_priority_order_across_tubes(
+    beanstalk: BeanstalkServer,
+) -> None:
+    producer = beanstalk.client()
+    order = []
+    for tube, pri in [("pr-a", 30), ("pr-b", 10), ("pr-a", 20), ("pr-b", 40), ("pr-b", 5)]:
+        producer.use(tube)
+        order.append((pri, producer.put(tube.encode(), priority=pri, ttr=30)))
+    with supervising(beanstalk, "cat", tubes=("pr-a", "pr-b"), workers=1) as run:
+        results = run.collector.wait_results(5)
+    assert [r.job_id for r in results] == [job_id for _, job_id in sorted(order)]
+    assert {r.pool for r in results} == {"default"}
+    assert {r.server for r in results} == {beanstalk.address}
+
+
+def _commands(server: BeanstalkServer) -> dict[str, int]:
+    stats = server.client().stats()
+    return {k: int(str(v)) for k, v in stats.items() if k.startswith("cmd-") and k != "cmd-stats"}
+
+
+def test_an_idle_pool_makes_no_requests(beanstalk: BeanstalkServer) -> None:
+    # Before #18 every broker sent reserve-with-timeout 1 once a second, forever.
+    tubes = ("idle-a", "idle-b")
+    with supervising(beanstalk, "true", tubes=tubes, workers=2) as shared, supervising(
+        beanstalk, "true", tubes=tubes, per_tube=2
+    ) as per_tube:
+        for run in (shared, per_tube):
+            wait_until(lambda r=run: r.collector.ready_calls == 1, 10, message="ready")  # type: ignore[misc]
+        wait_until(
+            lambda: beanstalk.client().stats()["current-waiting"] == 6, 10,
+            message="six workers blocked in reserve",
+        )  # fmt: skip
+        before = _commands(beanstalk)
+        time.sleep(2.5)  # the absence of requests cannot be polled for
+        assert _commands(beanstalk) == before
+        # And they still take a job at once.
+        job_id = put_in(beanstalk, "idle-b", 1)[0]
+        shared_or_not = [shared.collector, per_tube.collector]
+        wait_until(lambda: any(c.for_job(job_id) for c in shared_or_not), 10, message="job ran")
+
+
+def test_glob_pool_serves_matching_tubes_only(beanstalk: BeanstalkServer) -> None:
+    other = put_in(beanstalk, "news.x", 1)[0]
+    with supervising(
+        beanstalk, "cat", tubes=("mail.*",), workers=2, discover_interval=0.05
+    ) as run:
+        wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
+        ids = put_in(beanstalk, "mail.a", 2) + put_in(beanstalk, "mail.b", 1)
+        results = run.collector.wait_results(3)
+        assert sorted(r.job_id for r in results) == sorted(ids)
+        assert {r.tube for r in results} == {"mail.a", "mail.b"}
+        assert beanstalk.client().stats_job(other)["state"] == "ready"
+
+
+def test_all_retires_the_workers_of_a_tube_that_is_gone(beanstalk: BeanstalkServer) -> None:
+    with supervising(beanstalk, "true", all_tubes=True, per_tube=2, discover_interval=0.05) as run:
+        wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
+        job_id = put_in(beanstalk, "brief", 1)[0]
+        run.collector.wait_outcome(job_id, Outcome.DELETED)
+        dispatcher = run.supervisor.dispatcher
+
+        def served() -> list[str]:
+            return [b.tube for b in dispatcher.brokers() if b.tube == "brief"]
+
+        assert len(served()) == 2
+        # Empty, used by nobody, watched only by us: after a while, retired.
+        wait_until(lambda: not served(), 15, message="brief's workers retired")
+        wait_until(lambda: "brief" not in beanstalk.client().tubes(), 10, message="tube dropped")
+        # And served again when it comes back.
+        again = put_in(beanstalk, "brief", 1)[0]
+        run.collector.wait_outcome(again, Outcome.DELETED)
+
+
+def test_stop_wakes_a_shared_worker_blocked_in_reserve(beanstalk: BeanstalkServer) -> None:
+    with supervising(beanstalk, "true", tubes=("blk-a", "blk-b"), workers=2) as run:
+        wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
+        wait_until(
+            lambda: beanstalk.client().stats()["current-waiting"] == 2, 10,
+            message="two workers in reserve",
+        )  # fmt: skip
+        started = time.monotonic()
+        run.supervisor.request_stop()
+        run.thread.join(10)
+        assert not run.thread.is_alive()
+        assert time.monotonic() - started < 5
+    check = beanstalk.client()
+    try:
+        watching = check.stats_tube("blk-a")["current-watching"]
+    except greenstalk.NotFoundError:
+        watching = 0
+    assert watching == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import greenstalk
+import pytest
 
 from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, wait_until
@@ -153,3 +154,69 @@ def test_stop_wakes_a_shared_worker_blocked_in_reserve(beanstalk: BeanstalkServe
     except greenstalk.NotFoundError:
         watching = 0
     assert watching == 0
+
+
+def test_a_tube_limit_is_never_exceeded_and_starves_no_other_tube(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    limited = put_in(beanstalk, "lim", 8)
+    free = put_in(beanstalk, "free", 6)
+    with supervising(
+        beanstalk, record(log, 0.3), tubes=("lim", "free"), workers=4,
+        tube_limits=(("lim", 2),),
+    ) as run:  # fmt: skip
+        results = run.collector.wait_results(14, timeout=60)
+    assert sorted(r.job_id for r in results) == sorted(limited + free)
+    assert most_at_once(log, "lim") == 2
+    assert most_at_once(log) == 4  # the other workers served the free tube meanwhile
+    # Held-back jobs stayed queued: none was reserved and released because of the limit.
+    assert all(r.releases == 0 and r.outcome is Outcome.DELETED for r in results)
+    first_lim_end = min(r.ended_at for r in results if r.tube == "lim")
+    assert any(r.started_at < first_lim_end for r in results if r.tube == "free")
+
+
+def test_per_tube_workers_obey_a_tube_limit_too(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs"
+    ids = put_in(beanstalk, "plim", 6)
+    with supervising(
+        beanstalk, record(log, 0.2), tubes=("plim",), per_tube=4, tube_limits=(("plim", 1),)
+    ) as run:
+        results = run.collector.wait_results(6, timeout=30)
+    assert sorted(r.job_id for r in results) == sorted(ids)
+    assert most_at_once(log) == 1
+    assert all(r.releases == 0 for r in results)
+
+
+def test_a_rated_tube_is_woken_for_while_workers_wait_on_another(
+    beanstalk: BeanstalkServer,
+) -> None:
+    # One worker, blocked in reserve on "other" while "rt" waits for its next token: the
+    # waker must cut that reserve short when the token comes.
+    ids = put_in(beanstalk, "rt", 3)
+    with supervising(
+        beanstalk, "true", tubes=("rt", "other"), workers=1, tube_rates=(("rt", 4.0, 1.0),)
+    ) as run:
+        results = run.collector.wait_results(3, timeout=15)
+    assert sorted(r.job_id for r in results) == sorted(ids)
+    starts = sorted(r.started_at for r in results)
+    assert starts[2] - starts[0] >= 2 / 4 * 0.9  # 4/s with a burst of 1
+
+
+@pytest.mark.slow
+def test_a_rate_holds_within_ten_percent_over_ten_seconds(beanstalk: BeanstalkServer) -> None:
+    put_in(beanstalk, "rate", 120)
+    with supervising(
+        beanstalk, "true", tubes=("rate", "idle"), workers=3, tube_rates=(("rate", 5.0, 1.0),)
+    ) as run:
+        first = run.collector.wait_results(1, timeout=10)[0].started_at
+        wait_until(
+            lambda: any(r.started_at > first + 10.5 for r in run.collector.snapshot()), 20,
+            message="eleven seconds of starts",
+        )  # fmt: skip
+        starts = [r.started_at for r in run.collector.snapshot() if r.started_at < first + 10]
+    # 5/s over 10 s with a burst of 1: 50 starts, plus the first one.
+    assert 45 <= len(starts) - 1 <= 55
+    assert all(r.releases == 0 for r in run.collector.snapshot())

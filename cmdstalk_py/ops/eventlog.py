@@ -1,6 +1,8 @@
 """The per-job event log: one JSON object per finished job, appended to a file or stdout.
 
-The record layout (schema v1) is a contract with the Spark analytics; see README "Event log".
+The record layout (schema v2: v1 plus ``pool`` and ``server``, the pool whose worker ran the
+job and the ``host:port`` it came from) is a contract with the Spark analytics, which read
+both versions; see README "Event log".
 ``EventLog`` is safe with many broker threads and never holds one up for long: records go
 through a bounded queue to one writer thread, each written whole or not at all
 (``appendfile``). It is friendly to logrotate: it reopens its path on SIGHUP (a flag set by
@@ -25,7 +27,7 @@ from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.ops.sinkqueue import SinkQueue
 from cmdstalk_py.supervisor.results import JobResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TAIL_BYTES = 4096  # stdout_tail / stderr_tail bound, in UTF-8 bytes
 # How long a broker waits for its record to be written before it calls the sink stalled.
 WAIT = 1.0
@@ -61,7 +63,7 @@ def bounded_tail(text: str, limit: int = TAIL_BYTES) -> str:
 
 
 def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object]:
-    """``result`` as an event-log record, schema v1, keys in contract order."""
+    """``result`` as an event-log record, schema v2, keys in contract order."""
     return {
         "schema": SCHEMA_VERSION,
         "start": iso_utc(result.started_at),
@@ -69,6 +71,8 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
         "duration_ms": round(result.duration_ms, 3),
         "hostname": hostname,
         "pid": pid,
+        "pool": result.pool,
+        "server": result.server,
         "tube": result.tube,
         "slot": result.slot,
         "job_id": result.job_id,

@@ -3,6 +3,8 @@ retires the workers of tubes that are gone, globs. Real servers, real commands."
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -10,9 +12,10 @@ from typing import Any
 import greenstalk
 import pytest
 
+from cmdstalk_py.supervisor.lifecycle import Supervisor
 from cmdstalk_py.supervisor.results import Outcome
-from tests.helpers import BeanstalkServer, wait_until
-from tests.supervisor.conftest import supervising
+from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until
+from tests.supervisor.conftest import Collector, Running, config_for, supervising
 
 # Each command appends "start" / "end" lines with its job id: the commands themselves say
 # how many ran at once, whatever the supervisor believes.
@@ -220,3 +223,89 @@ def test_a_rate_holds_within_ten_percent_over_ten_seconds(beanstalk: BeanstalkSe
     # 5/s over 10 s with a burst of 1: 50 starts, plus the first one.
     assert 45 <= len(starts) - 1 <= 55
     assert all(r.releases == 0 for r in run.collector.snapshot())
+
+
+def put_bodies(server: BeanstalkServer, tube: str, *bodies: str) -> None:
+    producer = server.client(use=tube)
+    for body in bodies:
+        producer.put(body.encode(), ttr=30)
+    producer.use("default")
+
+
+@pytest.mark.slow
+def test_two_servers_one_killed_and_restarted_mid_run(real_beanstalkd: BeanstalkServer) -> None:
+    # Job ids repeat across servers: each job says who it is in its body (cat echoes it).
+    a = real_beanstalkd
+    second = running_beanstalkd()
+    b = second.__enter__()
+    port_b = b.port
+    servers = ((a.host, a.port), (b.host, b.port))
+
+    def ran(run: Running) -> dict[str, str]:
+        return {r.stdout_tail: r.server for r in run.collector.snapshot()
+                if r.outcome is Outcome.DELETED}  # fmt: skip
+
+    def wait_ran(run: Running, *bodies: str) -> dict[str, str]:
+        return wait_until(lambda: ran(run) if set(bodies) <= set(ran(run)) else {}, 20,
+                          message=f"jobs {bodies} done")  # fmt: skip
+
+    try:
+        with supervising(
+            a, "sleep 0.2; cat", tubes=("two",), workers=2, servers=servers,
+            reconnect_max_wait=0.2,
+        ) as run:  # fmt: skip
+            wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
+            put_bodies(a, "two", "a1", "a2")
+            put_bodies(b, "two", "b1", "b2")
+            done = wait_ran(run, "a1", "a2", "b1", "b2")
+            assert [done[x] for x in ("a1", "a2", "b1", "b2")] == [a.address] * 2 + [b.address] * 2
+            # b dies; a keeps being served at once.
+            b.close_clients()
+            second.__exit__(None, None, None)
+            put_bodies(a, "two", "a3", "a4", "a5")
+            wait_ran(run, "a3", "a4", "a5")
+            # b comes back on its port: served again, without restarting the supervisor.
+            second = running_beanstalkd(port=port_b)
+            b = second.__enter__()
+            put_bodies(b, "two", "b3", "b4")
+            done = wait_ran(run, "b3", "b4")
+            assert done["b3"] == done["b4"] == b.address
+            assert {r.pool for r in run.collector.snapshot()} == {"default"}
+    finally:
+        second.__exit__(None, None, None)
+
+
+class HeldLog(Collector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[str, str, str | None]] = []
+        self.counts: list[tuple[str, int, int | None]] = []
+
+    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
+        self.held.append((pool, tube, reason))
+
+    def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
+        self.counts.append((tube, running, limit))
+
+
+def test_held_back_and_servable_reach_observers_and_the_log(
+    beanstalk: BeanstalkServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    put_in(beanstalk, "obs", 3)
+    seen = HeldLog()
+    config = config_for(beanstalk, "sleep 0.3", tubes=("obs",), workers=2,
+                        tube_limits=(("obs", 1),), pool="imaging")  # fmt: skip
+    sup = Supervisor(config, seen)
+    thread = threading.Thread(target=sup.run, kwargs={"install_signals": False}, daemon=True)
+    caplog.set_level(logging.INFO, logger="cmdstalk.dispatcher")
+    thread.start()
+    try:
+        results = seen.wait_results(3, timeout=20)
+    finally:
+        sup.request_stop()
+        thread.join(10)
+    assert {r.pool for r in results} == {"imaging"}
+    assert ("imaging", "obs", "limit") in seen.held and seen.held[-1][2] is None
+    assert max(running for _, running, _ in seen.counts) == 1
+    assert {limit for _, _, limit in seen.counts} == {1}
+    assert "pool imaging: tube obs held back by its limit" in caplog.text

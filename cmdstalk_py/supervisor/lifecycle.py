@@ -108,6 +108,11 @@ class Supervisor:
         self._stop_requests += 1
         self._wake()
 
+    def request_reload(self) -> None:
+        """Same as a SIGHUP: ``on_hup``, then the pools read again (from another thread)."""
+        self._hups += 1
+        self._wake()
+
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full buffer: a wake-up is already pending
             self._wake_w.send(b"\0")

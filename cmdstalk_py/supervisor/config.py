@@ -43,7 +43,7 @@ class Config:
     bury_exit_codes: frozenset[int] = field(default_factory=frozenset)
     max_jobs: int | None = None  # exit after this many jobs
     shutdown_timeout: float | None = None  # None: running jobs may use their whole TTR
-    reserve_timeout: int = 1  # seconds; short so that shutdown is prompt
+    reserve_timeout: int = 1  # seconds, for a standalone run_once; workers block in reserve
     tail_bytes: int = 4096  # stdout/stderr kept for the job result
     io_timeout: float = 30.0  # a server silent this long is treated as gone
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds

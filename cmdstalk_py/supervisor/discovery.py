@@ -26,6 +26,9 @@ log = logging.getLogger("cmdstalk.dispatcher")
 
 #: Discovery intervals an abandoned tube must stay so before its workers are retired.
 RETIRE_INTERVALS = 30
+#: Tubes are looked at (``stats-tube`` each) every this many rounds, not every round:
+#: list-tubes alone is one request a round, however many tubes there are.
+CHECK_EVERY = 10
 
 
 def selector(tubes: Sequence[str], all_tubes: bool) -> Callable[[str], bool]:
@@ -84,6 +87,7 @@ class Discovery:
         self._clock = clock
         self.retire_after = RETIRE_INTERVALS * interval
         self._known: set[str] = set()
+        self._round = 0
         self._empty_since: dict[str, float] = {}
         self.listed = threading.Event()  # the first tube list is known
         self.thread = threading.Thread(target=self._loop, name=f"cmdstalk-{where}", daemon=True)
@@ -119,6 +123,9 @@ class Discovery:
             self._found(new)
         for tube in sorted(self._known - set(names)):
             self._retire(tube)  # dropped by the server: nobody watches it any more
+        self._round += 1
+        if self._round % CHECK_EVERY:
+            return
         for tube in names:
             if tube == "default":
                 continue  # every connection starts on it: it never goes away

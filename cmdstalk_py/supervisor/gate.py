@@ -190,12 +190,22 @@ class Gate:
             self._drop(key)
             self.cond.notify_all()
 
-    def wait(self, key: Key, candidates: Iterable[str], now: float, stop: threading.Event) -> None:
-        """Block while nothing in ``candidates`` is servable (woken by any change)."""
+    def wait(
+        self,
+        key: Key,
+        candidates: Callable[[], Iterable[str]],
+        clock: Callable[[], float],
+        stop: threading.Event,
+    ) -> None:
+        """Block while nothing in ``candidates()`` is servable, until any change (or the
+        next token of a rate-held candidate). Both are read under the lock that every
+        change takes, so a change between the caller's claim and this wait is not missed."""
         with self.cond:
-            if stop.is_set():
+            tubes = tuple(candidates())
+            now = clock()
+            if stop.is_set() or any(self._reason(t, now) is None for t in tubes):
                 return
-            timeout = self._next_token(candidates, now)
+            timeout = self._next_token(tubes, now)
             self.cond.wait(None if math.isinf(timeout) else max(timeout, 0.001))
 
     def notify(self) -> None:

@@ -103,7 +103,7 @@ class Site:
     def found(self, names: Iterable[str]) -> None:
         """Discovery saw new tubes: start their workers, or have the shared ones watch them."""
         new = list(names)
-        with self._lock:
+        with self.pool.gate.cond, self._lock:  # a worker's gate.wait reads them under it
             self.tubes.extend(new)
         first = self.discovery is not None and not self.discovery.listed.is_set()
         if self.pool.config.workers is None:
@@ -117,7 +117,7 @@ class Site:
 
     def gone(self, tube: str) -> None:
         """Discovery found ``tube`` abandoned: retire its workers, or stop watching it."""
-        with self._lock:
+        with self.pool.gate.cond, self._lock:
             if tube in self.tubes:
                 self.tubes.remove(tube)
             retiring = [b for b, _ in self.workers if self.pool.config.workers is None

@@ -53,4 +53,4 @@ class WatchPlan:
 
     def wait(self, key: Hashable, stop: threading.Event) -> None:
         """Block until a candidate may be servable (or any change): no server request."""
-        self.gate.wait(key, self.candidates(), self._clock(), stop)
+        self.gate.wait(key, self.candidates, self._clock, stop)

@@ -78,12 +78,21 @@ def test_wait_returns_at_the_next_token_or_on_a_change() -> None:
     gate.started("a", "l", 0.0)
     assert gate.claim("b", 0, ("l",), 0.0) == ()
     stop = threading.Event()
-    waiter = threading.Thread(target=gate.wait, args=("b", ("l",), 0.0, stop))
+    waiter = threading.Thread(target=gate.wait, args=("b", lambda: ("l",), lambda: 0.0, stop))
     waiter.start()
     gate.finished("l", 0.0)  # notifies (a finished job frees the slot)
     waiter.join(5)
     assert not waiter.is_alive()
     assert gate.claim("b", 0, ("l",), 0.0) == ("l",)
+
+
+def test_wait_returns_at_once_when_a_change_came_before_it() -> None:
+    gate = Gate({"l": 1}, {}, now=0.0)
+    gate.claim("a", 0, ("l",), 0.0)
+    gate.started("a", "l", 0.0)
+    assert gate.claim("b", 0, ("l",), 0.0) == ()
+    gate.finished("l", 0.0)  # before b waits: its notify reached nobody
+    gate.wait("b", lambda: ("l",), lambda: 0.0, threading.Event())  # returns, not hangs
 
 
 def test_held_and_servable_are_reported_once_each() -> None:

@@ -70,6 +70,7 @@ class HealingConnection:
         self._client: Client | None = None
         self._sock: socket.socket | None = None
         self._ever_connected = False
+        self._planned = False  # the last drop was ours (a new watch set), not a failure
         self.connected = threading.Event()  # set while a connection is up
 
     @property
@@ -93,8 +94,9 @@ class HealingConnection:
         except CONNECTION_ERRORS as e:  # only when the stop event ended the retries
             raise Stopped(str(e)) from e
         self._outage.connected(self.where)
-        if self._ever_connected:
+        if self._ever_connected and not self._planned:
             self._observer.reconnected(self.where, self.address)
+        self._planned = False
         self._ever_connected = True
         self._client = client
         self.connected.set()
@@ -198,8 +200,12 @@ class HealingConnection:
         delay = state.next_action.sleep if state.next_action is not None else 0.0
         self._outage.failed(self.where, exc or "unknown error", delay)
 
-    def drop(self, reason: object = None) -> None:
-        """Forget the current connection (it failed); the next ``client()`` reconnects."""
+    def drop(self, reason: object = None, *, planned: bool = False) -> None:
+        """Forget the current connection (it failed); the next ``client()`` reconnects.
+
+        ``planned``: the owner cut it on purpose (a worker claiming a new watch set): the
+        next connection is not reported as a reconnection."""
+        self._planned = planned
         client, self._client = self._client, None
         self._sock = None
         self.connected.clear()

@@ -253,7 +253,8 @@ class Broker(JobRunner):
             if self._stop.is_set() or self.retired or self._rewatch:
                 self._rewatch = False
                 if client.reserve_in_flight:
-                    self.connection.drop()  # its reply may be a job: the server takes it back
+                    # Its reply may be a job: the server takes it back with the connection.
+                    self.connection.drop(planned=True)
                 return None
             self._in_reserve = True
         job: Job | None = None
@@ -271,7 +272,7 @@ class Broker(JobRunner):
         if interrupted:
             # Shutdown (or a new watch set) cut the reserve short; a job it may just have
             # reserved went back to the server with the connection, unrun, no release.
-            self.connection.drop()
+            self.connection.drop(planned=True)
             return None
         if error is not None:
             self.connection.drop(error)

@@ -139,6 +139,20 @@ def test_all_retires_the_workers_of_a_tube_that_is_gone(beanstalk: BeanstalkServ
         run.collector.wait_outcome(again, Outcome.DELETED)
 
 
+def test_shared_workers_stop_watching_a_tube_that_is_gone(beanstalk: BeanstalkServer) -> None:
+    with supervising(beanstalk, "true", all_tubes=True, workers=2, discover_interval=0.05) as run:
+        wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
+        job_id = put_in(beanstalk, "passing", 1)[0]
+        run.collector.wait_outcome(job_id, Outcome.DELETED)
+        assert "passing" in run.supervisor.dispatcher.tubes()
+        # Nobody but our two workers keeps it: they let go of it, and the server drops it.
+        wait_until(lambda: "passing" not in beanstalk.client().tubes(), 15, message="dropped")
+        assert "passing" not in run.supervisor.dispatcher.tubes()
+        assert len(run.supervisor.dispatcher.brokers()) == 2  # the workers themselves stay
+        again = put_in(beanstalk, "passing", 1)[0]
+        run.collector.wait_outcome(again, Outcome.DELETED)
+
+
 def test_stop_wakes_a_shared_worker_blocked_in_reserve(beanstalk: BeanstalkServer) -> None:
     with supervising(beanstalk, "true", tubes=("blk-a", "blk-b"), workers=2) as run:
         wait_until(lambda: run.collector.ready_calls == 1, 10, message="ready")
@@ -203,6 +217,8 @@ def test_a_rated_tube_is_woken_for_while_workers_wait_on_another(
         beanstalk, "true", tubes=("rt", "other"), workers=1, tube_rates=(("rt", 4.0, 1.0),)
     ) as run:
         results = run.collector.wait_results(3, timeout=15)
+        # Cutting a reserve short for a new watch set is no reconnection (metrics count those).
+        assert not run.collector.reconnects
     assert sorted(r.job_id for r in results) == sorted(ids)
     starts = sorted(r.started_at for r in results)
     assert starts[2] - starts[0] >= 2 / 4 * 0.9  # 4/s with a burst of 1

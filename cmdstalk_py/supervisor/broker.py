@@ -309,6 +309,7 @@ class Broker(JobRunner):
     def _job_started(self, tube: str) -> None:
         self._started_job = True
         self._running_tube = tube
+        self._joblog.set_tube(tube)
         self.plan.started(self, tube)
 
     def _job_done(self) -> None:

@@ -67,8 +67,9 @@ def test_shared_pool_runs_exactly_n_at_once(beanstalk: BeanstalkServer, tmp_path
 
 
 def test_one_worker_takes_jobs_in_priority_order_across_tubes(
-    beanstalk: BeanstalkServer,
+    beanstalk: BeanstalkServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="cmdstalk.broker")
     producer = beanstalk.client()
     order = []
     for tube, pri in [("pr-a", 30), ("pr-b", 10), ("pr-a", 20), ("pr-b", 40), ("pr-b", 5)]:
@@ -79,6 +80,9 @@ def test_one_worker_takes_jobs_in_priority_order_across_tubes(
     assert [r.job_id for r in results] == [job_id for _, job_id in sorted(order)]
     assert {r.pool for r in results} == {"default"}
     assert {r.server for r in results} == {beanstalk.address}
+    # Each job's lines name its own tube, though the worker watches both.
+    lines = {(getattr(rec, "job_id", None), getattr(rec, "tube", None)) for rec in caplog.records}
+    assert {(r.job_id, r.tube) for r in results} <= lines
 
 
 def _commands(server: BeanstalkServer) -> dict[str, int]:

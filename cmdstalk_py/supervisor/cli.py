@@ -356,6 +356,12 @@ def command(
         raise click.BadParameter(
             "only the --embedded server has a binlog; give --embedded too", param_hint="--binlog"
         )
+    source = click.get_current_context().get_parameter_source("per_tube")
+    if workers is not None and source is not click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter(
+            "give --workers (shared by all tubes) or --per-tube, not both",
+            param_hint="--workers",
+        )
     servers: Servers = (address,) if isinstance(address[0], str) else address
     config = Config(
         cmd=cmd,

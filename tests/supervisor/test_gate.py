@@ -145,3 +145,11 @@ def test_discovery_rules() -> None:
     assert not abandoned(empty, ours=1)  # someone else watches it
     assert not abandoned({**empty, "current-using": 1}, ours=2)  # a producer uses it
     assert not abandoned({**empty, "current-jobs-delayed": 1}, ours=2)
+
+
+def test_workers_and_per_tube_together_are_a_usage_error() -> None:
+    from click.testing import CliRunner
+
+    run = CliRunner().invoke(command, ["--cmd", "x", "--workers", "2", "--per-tube", "3"])
+    assert run.exit_code == 2
+    assert "give --workers (shared by all tubes) or --per-tube, not both" in run.output

@@ -4,6 +4,7 @@ retires the workers of tubes that are gone, globs. Real servers, real commands."
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from pathlib import Path
@@ -329,3 +330,21 @@ def test_held_back_and_servable_reach_observers_and_the_log(
     assert max(running for _, running, _ in seen.counts) == 1
     assert {limit for _, _, limit in seen.counts} == {1}
     assert "pool imaging: tube obs held back by its limit" in caplog.text
+
+
+def test_an_idle_worker_outlives_the_io_timeout_without_a_request(
+    beanstalk: BeanstalkServer,
+) -> None:
+    # The I/O timeout bounds a silent server's replies; a plain reserve waits past it (a
+    # dead peer is found by TCP keepalive instead), without reconnecting or asking again.
+    with supervising(beanstalk, "cat", tubes=("io",), workers=1, io_timeout=1.0) as run:
+        wait_until(lambda: beanstalk.client().stats()["current-waiting"] == 1, 10,
+                   message="the worker in reserve")  # fmt: skip
+        (broker,) = run.supervisor.dispatcher.brokers()
+        sock = broker.connection.client().sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        before = _commands(beanstalk)
+        time.sleep(2.5)  # over twice the I/O timeout; an absence cannot be polled for
+        assert _commands(beanstalk) == before and not run.collector.reconnects
+        job_id = beanstalk.client(use="io").put(b"late", ttr=30)
+        assert run.collector.wait_outcome(job_id, Outcome.DELETED).stdout_tail == "late"

@@ -16,7 +16,7 @@ Modules, from the command line inwards:
 - ``gate``: per-tube limits and rates: which tubes a worker may watch (pure rules, token
   bucket); ``watchplan``: a worker's candidate tubes joined with its pool's gate.
 - ``broker``: a worker: one connection, its watch set, the reserve loop (blocking, cut
-  short by shutting the socket down); ``jobrun``: one job: stats-job, run,
+  short by shutting the socket down); ``brokerjob``: one job: stats-job, run,
   delete/release/bury.
 - ``cmdcheck``: a command that cannot run (exit 126/127, no shell): one ERROR per broker.
 - ``policy``: pure decisions: precheck, release backoff, bury, the TTR kill schedule.

@@ -7,7 +7,7 @@ tube; ``--workers``: every tube of its pool, less those held back by a per-tube 
 rate, see ``gate.py``). Under ``run()`` an idle worker blocks in a plain ``reserve``: no
 request, no wake-up until a job comes; ``interrupt()`` shuts its socket down to stop it or
 to make it claim its watch set afresh. The per-job half (``stats-job``, policy, the
-command, delete / release / bury) is ``jobrun.JobRunner``. Any failure talking to the
+command, delete / release / bury) is ``brokerjob.JobRunner``. Any failure talking to the
 server makes the job LOST (the server takes it back by itself) and the connection is
 rebuilt; nothing here raises out of ``run()``.
 
@@ -34,11 +34,11 @@ from cmdstalk_py.client.errors import CONNECTION_ERRORS, DeadlineSoon, TimedOut
 from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import batch_thread, restore_thread
+from cmdstalk_py.supervisor.brokerjob import JobRunner
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.cmdcheck import CommandCheck
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.joblog import JobLog
-from cmdstalk_py.supervisor.jobrun import JobRunner
 from cmdstalk_py.supervisor.results import JobResult
 from cmdstalk_py.supervisor.watchplan import WatchPlan
 

@@ -39,6 +39,11 @@ For the CLI the drain runs also print its CPU time per job (every thread, from
 machine the chain of processes mostly shares one vCPU, so per-job CPU is what moves the
 ratio, and it is far steadier than the rates from run to run.
 
+``--workers N[,N...]`` adds, per N and round, the issue-18 comparison in one run: the CLI
+with ``--workers N`` (shared workers) and with ``--per-tube N`` each draining the jobs,
+against the raw spawn N-way parallel (N threads, each running the command with
+``subprocess.run`` in a loop, no queue).
+
 ``--profile`` runs one in-process loop worker under cProfile; ``--profile-cli N`` runs the
 CLI with ``--per-tube N`` with every thread under cProfile. Both print the top entries.
 
@@ -125,6 +130,24 @@ def time_raw(jobs: int) -> float:
     elapsed = time.perf_counter() - started
     RAW_CPU.append((time.thread_time() - cpu) / jobs)
     return elapsed
+
+
+def time_raw_parallel(jobs: int, threads: int) -> float:
+    """Seconds for ``jobs`` ``subprocess.run`` calls shared by ``threads`` threads."""
+    env = child_env()
+    shares = [jobs // threads + (i < jobs % threads) for i in range(threads)]
+
+    def share(count: int) -> None:
+        for _ in range(count):
+            subprocess.run(ARGV, input=PAYLOAD, env=env, check=True)
+
+    pool = [threading.Thread(target=share, args=(n,)) for n in shares]
+    started = time.perf_counter()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return time.perf_counter() - started
 
 
 def process_cpu(pid: int) -> float:
@@ -258,12 +281,16 @@ def cli_available() -> bool:
 
 @contextmanager
 def cli_workers(
-    server: BeanstalkServer, tube: str, per_tube: int, profile_to: Path | None = None
+    server: BeanstalkServer,
+    tube: str,
+    per_tube: int,
+    profile_to: Path | None = None,
+    flag: str = "--per-tube",
 ) -> Iterator[CpuProbe | None]:
-    """The real CLI serving ``tube`` with ``per_tube`` brokers until the block ends; yields
-    a probe of the CLI's CPU time."""
+    """The real CLI serving ``tube`` with ``per_tube`` brokers (``flag="--workers"``:
+    shared workers) until the block ends; yields a probe of the CLI's CPU time."""
     argv = [*cli_argv(profile_to), "--address", server.address, "--tubes", tube]
-    argv += ["--per-tube", str(per_tube), "--cmd", CMD, *CLI_EXTRA_ARGS]
+    argv += [flag, str(per_tube), "--cmd", CMD, *CLI_EXTRA_ARGS]
     # Default log level: a user's cmdstalk logs every job, so the benchmark does too.
     proc = subprocess.Popen(
         argv,
@@ -556,6 +583,21 @@ def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
 # -- main -------------------------------------------------------------------------------------
 
 
+def compare_parallel(
+    server: BeanstalkServer, count: int, jobs: int, out: dict[str, list[float]]
+) -> None:
+    """The CLI's drain with ``--workers count`` and ``--per-tube count`` against the raw
+    spawn ``count``-way parallel, measured right before each."""
+    for flag in ("--workers", "--per-tube"):
+        raw = jobs / time_raw_parallel(jobs, count)
+        shared: Workers = partial(cli_workers, flag=flag)
+        rate, _ = drain(server, shared, count, jobs)
+        name = f"cli{flag.removeprefix('-')}/{count}"
+        out.setdefault(name, []).append(rate / raw)
+        print(f"  {name:<16} {rate:7.1f} jobs/s   {rate / raw:5.2f} x raw {count}-thread "
+              f"spawn ({raw:.1f} jobs/s)", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--jobs", type=int, default=2000)
@@ -571,9 +613,15 @@ def main() -> None:
     parser.add_argument(
         "--cli-arg", action="append", default=[], help="extra argument for cmdstalk (repeatable)"
     )
+    parser.add_argument(
+        "--workers", default="", help="shared-worker counts: CLI --workers N and --per-tube N "
+        "drains against the raw N-thread spawn (e.g. 4)",
+    )  # fmt: skip
     args = parser.parse_args()
     CLI_EXTRA_ARGS.extend(args.cli_arg)
     counts = [int(n) for n in args.per_tube.split(",")]
+    shared_counts = [int(n) for n in args.workers.split(",") if n]
+    parallel: dict[str, list[float]] = {}  # drain rate / raw N-thread rate, per figure
     jobs, repeat, batch = (300, 1, 30) if args.quick else (args.jobs, args.repeat, args.batch)
     modes = set(args.modes.split(","))
     if "cli" in modes and not cli_available():
@@ -625,6 +673,9 @@ def main() -> None:
                     queue_rate, raw_rate, ratio = paired(server, workers, count, jobs, batch)
                     record(f"{name}/{count} paired", queue_rate, ratio)
                     record("raw", raw_rate)
+            if "cli" in modes:
+                for count in shared_counts:
+                    compare_parallel(server, count, jobs, parallel)
 
     raw = statistics.median(rates["raw"])
     print(f"\nmedians over {repeat} round(s); raw = {raw:.1f} jobs/s (median of all raw runs)")
@@ -639,6 +690,9 @@ def main() -> None:
         else:
             how = f"{rate / raw:5.2f} x median raw"
         print(f"  {name:<16} {rate:7.1f} jobs/s  {how}")
+    for name, values in parallel.items():
+        each = ", ".join(f"{r:.2f}" for r in values)
+        print(f"  {name:<16} {statistics.median(values):5.2f} x raw N-thread spawn ({each})")
     for name, values in cpu_use.items():
         print(
             f"  {name:<16} CPU {statistics.median(values) * 1e6:5.0f} µs/job in the workers'"

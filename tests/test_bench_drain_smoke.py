@@ -57,12 +57,14 @@ def test_a_rate_from_one_job_does_not_oversleep_the_end() -> None:
 def test_tiny_run_prints_every_figure() -> None:
     out = subprocess.run(
         [sys.executable, str(BENCH), "--jobs", "40", "--batch", "20", "--repeat", "1",
-         "--modes", "cli,loop", "--per-tube", "1"],
+         "--modes", "cli,loop", "--per-tube", "1", "--workers", "1"],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = out.stdout.split("medians over 1 round(s)")[1]
     for name in ("cli/1 drain", "cli/1 paired", "loop/1 drain", "loop/1 paired"):
         assert name in summary, out.stdout
+    for name in ("cli-workers/1", "cli-per-tube/1"):  # against the raw 1-thread spawn
+        assert name in summary and "x raw N-thread spawn" in summary, out.stdout
     assert "x raw, paired" in summary
     assert "µs/job in the workers' process" in summary

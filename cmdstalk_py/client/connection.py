@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Sequence
 
 import tenacity
 
@@ -34,8 +35,9 @@ class Stopped(Exception):
 class HealingConnection:
     """A lazily (re)connected ``Client`` for one owner (``where``, e.g. ``mail:0``).
 
-    ``watch``: the one tube to watch (``default`` is ignored unless it is that tube);
-    ``use``: the tube to use. Both are restored after every reconnect. ``outage``: the
+    ``watch``: the tube, or tubes, to watch (``default`` is ignored unless it is one of
+    them; ``set_watch`` changes them); ``use``: the tube to use. Both are restored after
+    every reconnect. ``outage``: the
     reporter shared with the owner's other connections to this server (default: its own).
     """
 
@@ -46,7 +48,7 @@ class HealingConnection:
         *,
         where: str,
         stop: threading.Event,
-        watch: str | None = None,
+        watch: str | Sequence[str] | None = None,
         use: str | None = None,
         io_timeout: float = 30.0,
         max_wait: float = 5.0,
@@ -57,7 +59,9 @@ class HealingConnection:
         self.port = port
         self.where = where
         self.stop = stop
-        self._watch = watch
+        self._watch: tuple[str, ...] | None = (
+            None if watch is None else (watch,) if isinstance(watch, str) else tuple(watch)
+        )
         self._use = use
         self._io_timeout = io_timeout
         self._max_wait = max_wait
@@ -66,6 +70,7 @@ class HealingConnection:
         self._client: Client | None = None
         self._sock: socket.socket | None = None
         self._ever_connected = False
+        self._planned = False  # the last drop was ours (a new watch set), not a failure
         self.connected = threading.Event()  # set while a connection is up
 
     @property
@@ -89,8 +94,9 @@ class HealingConnection:
         except CONNECTION_ERRORS as e:  # only when the stop event ended the retries
             raise Stopped(str(e)) from e
         self._outage.connected(self.where)
-        if self._ever_connected:
+        if self._ever_connected and not self._planned:
             self._observer.reconnected(self.where, self.address)
+        self._planned = False
         self._ever_connected = True
         self._client = client
         self.connected.set()
@@ -110,11 +116,12 @@ class HealingConnection:
             # EAGAIN, an OSError): with a Python-level timeout every send and recv would
             # first cost a poll().
             set_io_timeout(sock, self._io_timeout)
+            _keepalive(sock, self._io_timeout)
             sock.settimeout(None)
-            watch = self._watch if self._watch is not None else DEFAULT_TUBE
+            watch = self._watch if self._watch else (DEFAULT_TUBE,)
             use = self._use if self._use is not None else DEFAULT_TUBE
             client = Client(sock, use=use, watch=watch, io_timeout=self._io_timeout)
-            if use == DEFAULT_TUBE and watch == DEFAULT_TUBE:
+            if use == DEFAULT_TUBE and watch == (DEFAULT_TUBE,):
                 # Nothing was asked yet: "connected" (and READY=1) means the server answers.
                 client.watch(DEFAULT_TUBE)
         except BaseException:
@@ -150,6 +157,33 @@ class HealingConnection:
                 error = e
         raise error
 
+    @property
+    def watching(self) -> tuple[str, ...]:
+        """The tubes this connection watches (or will, once connected)."""
+        return self._watch or (DEFAULT_TUBE,)
+
+    def set_watch(self, tubes: Sequence[str]) -> None:
+        """Watch exactly ``tubes`` (not empty) from now on, and after every reconnect.
+
+        On a live connection the difference is sent as watch / ignore commands (new tubes
+        first: a connection must always watch one). Connection errors propagate: the
+        caller drops the connection, and the next ``client()`` watches the new set.
+        """
+        new = tuple(tubes)
+        if not new:
+            raise ValueError("a connection watches at least one tube")
+        old = self.watching
+        self._watch = new
+        client = self._client
+        if client is None or set(old) == set(new):
+            return
+        for tube in new:
+            if tube not in old:
+                client.watch(tube)
+        for tube in old:
+            if tube not in new:
+                client.ignore(tube)
+
     def abort(self) -> None:
         """Cut the connection under a blocked call (from another thread): it fails at once.
 
@@ -166,8 +200,12 @@ class HealingConnection:
         delay = state.next_action.sleep if state.next_action is not None else 0.0
         self._outage.failed(self.where, exc or "unknown error", delay)
 
-    def drop(self, reason: object = None) -> None:
-        """Forget the current connection (it failed); the next ``client()`` reconnects."""
+    def drop(self, reason: object = None, *, planned: bool = False) -> None:
+        """Forget the current connection (it failed); the next ``client()`` reconnects.
+
+        ``planned``: the owner cut it on purpose (a worker claiming a new watch set): the
+        next connection is not reported as a reconnection."""
+        self._planned = planned
         client, self._client = self._client, None
         self._sock = None
         self.connected.clear()
@@ -186,3 +224,14 @@ class HealingConnection:
         if client is not None:
             with contextlib.suppress(OSError):
                 client.close()
+
+
+def _keepalive(sock: socket.socket, idle: float) -> None:
+    """TCP keepalive after ``idle`` seconds of silence: a worker blocked in a plain
+    ``reserve`` learns of a peer that vanished (no FIN, no RST) without sending a request."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; elsewhere the system's defaults apply
+        after = max(1, int(idle))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, after)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, after // 3))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)

@@ -15,20 +15,26 @@ is unusable. For anything that does not pipeline, greenstalk's client works as w
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from cmdstalk_py.client.errors import ConnectionLost
 from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
-from cmdstalk_py.client.reader import Reader
+from cmdstalk_py.client.reader import Reader, set_io_timeout
 from cmdstalk_py.client.replies import parse_int, parse_list, parse_reply, parse_stats
 
 if TYPE_CHECKING:
     from greenstalk import StatsJob, StatsTube
 
 DEFAULT_TUBE = "default"
+
+
+def _reserve_command(timeout: int | None) -> bytes:
+    return b"reserve" if timeout is None else b"reserve-with-timeout %d" % timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +48,9 @@ class Job:
 class Client:
     """One connection's commands (``sock`` is connected; the client closes it).
 
-    ``use``: the tube to use; ``watch``: the one tube to watch (``default`` is ignored
-    unless it is that tube). ``io_timeout`` only names the kernel's timeout in errors.
+    ``use``: the tube to use; ``watch``: the tube, or tubes, to watch (``default`` is
+    ignored unless it is one of them). ``io_timeout`` only names the kernel's timeout in
+    errors; a plain ``reserve`` (no timeout) waits past it, as an idle worker must.
     """
 
     def __init__(
@@ -51,7 +58,7 @@ class Client:
         sock: socket.socket,
         *,
         use: str = DEFAULT_TUBE,
-        watch: str = DEFAULT_TUBE,
+        watch: str | Sequence[str] = DEFAULT_TUBE,
         io_timeout: float | None = None,
     ) -> None:
         self.sock = sock
@@ -61,9 +68,12 @@ class Client:
         self._in_flight: bytes | None = None
         if use != DEFAULT_TUBE:
             self.use(use)
-        if watch != DEFAULT_TUBE:
-            self.watch(watch)
-            self.ignore(DEFAULT_TUBE)
+        tubes = (watch,) if isinstance(watch, str) else tuple(watch)
+        if tubes and tubes != (DEFAULT_TUBE,):
+            for tube in tubes:
+                self.watch(tube)
+            if DEFAULT_TUBE not in tubes:
+                self.ignore(DEFAULT_TUBE)
 
     @classmethod
     def connect(cls, address: str, timeout: float | None = 30.0) -> Client:
@@ -113,9 +123,10 @@ class Client:
 
     # -- the next reserve sent ahead ---------------------------------------------------
 
-    def reserve_next(self, timeout: int) -> None:
-        """Send ``reserve-with-timeout <timeout>`` together with the next command."""
-        self._next = b"reserve-with-timeout %d" % timeout
+    def reserve_next(self, timeout: int | None) -> None:
+        """Send ``reserve-with-timeout <timeout>`` (plain ``reserve`` for None) together
+        with the next command."""
+        self._next = _reserve_command(timeout)
 
     @property
     def reserve_in_flight(self) -> bool:
@@ -177,9 +188,22 @@ class Client:
         return parse_int(self._command(head, b"INSERTED", 1)[0])
 
     def reserve(self, timeout: int | None = None) -> Job:
-        """The next job from the watched tubes (``TimedOut``, ``DeadlineSoon``)."""
-        cmd = b"reserve" if timeout is None else b"reserve-with-timeout %d" % timeout
-        return self._job(cmd, b"RESERVED")
+        """The next job from the watched tubes (``TimedOut``, ``DeadlineSoon``).
+
+        ``None``: plain ``reserve``, which waits for a job however long it takes; the I/O
+        timeout is lifted meanwhile (a dead peer is found by TCP keepalive, a stop by
+        shutting the socket down from another thread).
+        """
+        cmd = _reserve_command(timeout)
+        if timeout is not None:
+            return self._job(cmd, b"RESERVED")
+        set_io_timeout(self.sock, 0, send=False)
+        try:
+            return self._job(cmd, b"RESERVED")
+        finally:
+            if self._io_timeout is not None:
+                with contextlib.suppress(OSError):  # closed under us: nothing to restore
+                    set_io_timeout(self.sock, self._io_timeout, send=False)
 
     def reserve_job(self, job_id: int) -> Job:
         return self._job(b"reserve-job %d" % job_id, b"RESERVED")

@@ -19,12 +19,14 @@ from cmdstalk_py.client.errors import ConnectionLost, UnexpectedReply
 RECV_SIZE = 65536
 
 
-def set_io_timeout(sock: socket.socket, seconds: float) -> None:
-    """Make blocking sends and receives on ``sock`` fail after ``seconds`` without progress."""
+def set_io_timeout(sock: socket.socket, seconds: float, *, send: bool = True) -> None:
+    """Make blocking sends and receives on ``sock`` fail after ``seconds`` without progress
+    (0: never). ``send=False`` sets the receive timeout alone."""
     whole = int(seconds)
     timeval = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    if send:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
 
 class Reader:

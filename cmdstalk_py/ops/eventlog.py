@@ -1,6 +1,8 @@
 """The per-job event log: one JSON object per finished job, appended to a file or stdout.
 
-The record layout (schema v2) is a contract with the Spark analytics; see README "Event log".
+The record layout (schema v2: v1 plus ``pool`` and ``server``, the pool whose worker ran the
+job and the ``host:port`` it came from, and ``reason``, ``killed`` and ``progress``) is a
+contract with the Spark analytics, which read both versions; see README "Event log".
 ``EventLog`` is safe with many broker threads and never holds one up for long: records go
 through a bounded queue to one writer thread, each written whole or not at all
 (``appendfile``). It is friendly to logrotate: it reopens its path on SIGHUP (a flag set by
@@ -63,8 +65,9 @@ def bounded_tail(text: str, limit: int = TAIL_BYTES) -> str:
 def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object]:
     """``result`` as an event-log record, schema v2, keys in contract order.
 
-    v2 added ``reason`` (the rule that decided the outcome), ``killed`` (why the supervisor
-    killed the command) and ``progress`` (the command's last progress note)."""
+    v2 added ``pool`` and ``server`` (which worker ran the job, from which server),
+    ``reason`` (the rule that decided the outcome), ``killed`` (why the supervisor killed the
+    command) and ``progress`` (the command's last progress note)."""
     return {
         "schema": SCHEMA_VERSION,
         "start": iso_utc(result.started_at),
@@ -72,6 +75,8 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
         "duration_ms": round(result.duration_ms, 3),
         "hostname": hostname,
         "pid": pid,
+        "pool": result.pool,
+        "server": result.server,
         "tube": result.tube,
         "slot": result.slot,
         "job_id": result.job_id,

@@ -190,6 +190,23 @@ class MetricsExporter(Observer):
             "cmdstalk_process_kills", "Signals sent to job process groups.", [*tube, "signal"],
             registry=r,
         )  # fmt: skip
+        pool_tube = ["pool", "tube"]
+        self.server_jobs = prom.Counter(
+            "cmdstalk_server_jobs_finished", "Jobs finished, by pool, server and outcome.",
+            ["pool", "server", "outcome"], registry=r,
+        )  # fmt: skip
+        self.running_gauge = prom.Gauge(
+            "cmdstalk_tube_running", "Running jobs of a tube with a limit or rate, per pool.",
+            pool_tube, registry=r,
+        )  # fmt: skip
+        self.tube_limit = prom.Gauge(
+            "cmdstalk_tube_limit", "The per-tube limit (--tube-limit), per pool.", pool_tube,
+            registry=r,
+        )  # fmt: skip
+        self.held_gauge = prom.Gauge(
+            "cmdstalk_tube_held", "1 while a tube is held back by its limit or its rate: its "
+            "jobs stay queued.", [*pool_tube, "reason"], registry=r,
+        )  # fmt: skip
         tube_jobs = prom.Gauge(
             "cmdstalk_tube_jobs", "Jobs in a watched tube by state (stats-tube).", state,
             registry=r,
@@ -224,6 +241,9 @@ class MetricsExporter(Observer):
 
     def job_finished(self, result: JobResult) -> None:
         self.jobs_finished.labels(tube=result.tube, outcome=result.outcome.value).inc()
+        self.server_jobs.labels(
+            pool=result.pool, server=result.server, outcome=result.outcome.value
+        ).inc()
         # Jobs that never ran (precheck burials, spawn failures) would pile up at zero.
         if result.exit_code is not None or result.signal is not None:
             self.job_duration.labels(tube=result.tube).observe(result.duration_ms / 1000.0)
@@ -235,6 +255,15 @@ class MetricsExporter(Observer):
             states = [b for (t, _), b in self._busy.items() if t == tube]
         self.brokers_busy.labels(tube=tube).set(sum(states))
         self.brokers_idle.labels(tube=tube).set(len(states) - sum(states))
+
+    def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
+        self.running_gauge.labels(pool=pool, tube=tube).set(running)
+        if limit is not None:
+            self.tube_limit.labels(pool=pool, tube=tube).set(limit)
+
+    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
+        for why in ("limit", "rate"):
+            self.held_gauge.labels(pool=pool, tube=tube, reason=why).set(int(why == reason))
 
     def reserve_waited(self, tube: str, seconds: float) -> None:
         self.reserve_wait.labels(tube=tube).observe(seconds)

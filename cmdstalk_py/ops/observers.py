@@ -30,6 +30,13 @@ class Observer:
     def process_killed(self, tube: str, signal_name: str) -> None:
         """The supervisor sent ``signal_name`` (SIGTERM/SIGKILL) to a job's process group."""
 
+    def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
+        """Jobs of a tube with a limit or rate running in ``pool`` (at each start and end)."""
+
+    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
+        """A limited or rated tube of ``pool`` is held back (``"limit"`` / ``"rate"``: its
+        jobs stay queued) or servable again (None)."""
+
     def ready(self) -> None:
         """All initial brokers are connected (systemd READY=1)."""
 
@@ -97,6 +104,13 @@ class Observers(Observer):
 
     def reconnected(self, where: str, address: str) -> None:
         self._each("reconnected", where, address)
+
+    def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
+        if self._hooks["tube_running"]:
+            self._each("tube_running", pool, tube, running, limit)
+
+    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
+        self._each("tube_held", pool, tube, reason)
 
     def process_killed(self, tube: str, signal_name: str) -> None:
         self._each("process_killed", tube, signal_name)

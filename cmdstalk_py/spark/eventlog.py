@@ -1,9 +1,10 @@
-"""Reading the supervisor's event log (schema v2, and v1) into Spark with a fixed schema.
+"""Reading the supervisor's event log (schema v1 or v2) into Spark with a fixed schema.
 
 The schema is the contract in the README's "Event log" section (cmdstalk_py/ops/eventlog.py writes
 it). It is never inferred: inference over thousands of files is slow, and a log whose first
 lines happen to have only null exit codes would infer the wrong type. Lines that are not
-valid JSON objects, or carry another schema version, are counted and left out.
+valid JSON objects, or carry another schema version, are counted and left out. v2 added
+``pool`` and ``server``; a v1 record reads as pool ``default`` and a null server.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SCHEMA_VERSION = 2
-# A v1 record is a v2 record without the keys v2 added: read as nulls.
-READABLE_VERSIONS = (1, 2)
+#: Every version this reader understands (v1 lacks ``pool`` and ``server``).
+SCHEMA_VERSIONS = (1, 2)
 CORRUPT = "_corrupt_record"
 # Outcome words, as cmdstalk_py.supervisor.results.Outcome spells them.
 DELETED = "deleted"
@@ -44,6 +45,8 @@ EVENT_SCHEMA = StructType(
         StructField("duration_ms", DoubleType()),
         StructField("hostname", StringType()),
         StructField("pid", LongType()),
+        StructField("pool", StringType()),
+        StructField("server", StringType()),
         StructField("tube", StringType()),
         StructField("slot", IntegerType()),
         StructField("job_id", LongType()),
@@ -86,9 +89,10 @@ class EventLogData:
 def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
     """Parse JSON-lines event logs (globs allowed) with the fixed schema.
 
-    ``events`` has the schema-v2 columns plus ``start_ts`` / ``end_ts`` (UTC timestamps)
-    and ``date`` (of start); ``rejected`` has one column, ``line``: the lines that were
-    malformed, had another schema version, or no parseable start time or tube.
+    ``events`` has the schema-v2 columns (v1 records: pool ``default``, server null)
+    plus ``start_ts`` / ``end_ts`` (UTC timestamps) and ``date`` (of start); ``rejected``
+    has one column, ``line``: the lines that were malformed, had a schema version other
+    than 1 or 2, or no parseable start time or tube.
     """
     with_corrupt = StructType([*EVENT_SCHEMA.fields, StructField(CORRUPT, StringType())])
     raw = (
@@ -102,11 +106,16 @@ def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
     )
     good = (
         F.col(CORRUPT).isNull()
-        & F.col("schema").isin(*READABLE_VERSIONS)
+        & F.col("schema").isin(*SCHEMA_VERSIONS)
         & F.col("start_ts").isNotNull()
         & F.col("tube").isNotNull()
     )
-    events = raw.where(good).drop(CORRUPT).withColumn("date", F.to_date("start_ts"))
+    events = (
+        raw.where(good)
+        .drop(CORRUPT)
+        .withColumn("pool", F.coalesce(F.col("pool"), F.lit("default")))
+        .withColumn("date", F.to_date("start_ts"))
+    )
     rejected = raw.where(~good | good.isNull()).select(
         F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*EVENT_SCHEMA.names))).alias("line")
     )

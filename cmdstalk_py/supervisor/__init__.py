@@ -11,9 +11,17 @@ Modules, from the command line inwards:
 - ``config``: ``Config``, the one frozen value every part takes, its defaults and parsers.
 - ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
 - ``wiring``: ``run_supervisor``: logging, observers, ``--embedded``, then the lifecycle.
-- ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED, signals, shutdown.
-- ``dispatcher``: which brokers exist (``--tubes``, ``--all`` discovery), one thread each.
-- ``broker``: one connection, one tube: reserve, stats-job, run, delete/release/bury.
+- ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED, signals, shutdown,
+  SIGHUP reload.
+- ``dispatcher``: which pools run (one ``Config`` each) and a reload's switch-over.
+- ``pool``: one pool's workers on each of its servers (``--workers`` shared, or
+  ``--per-tube``), one thread each; the waker for limits and rates.
+- ``discovery``: ``--all`` and globs: ``list-tubes`` per server, tubes that are gone.
+- ``gate``: per-tube limits and rates: which tubes a worker may watch (pure rules, token
+  bucket); ``watchplan``: a worker's candidate tubes joined with its pool's gate.
+- ``broker``: a worker: one connection, its watch set, the reserve loop (blocking, cut
+  short by shutting the socket down); ``brokerjob``: one job: stats-job, run,
+  delete/release/bury.
 - ``jobrun``: one job beside its command: the deadline (``--keep-alive`` touches,
   ``--max-runtime``), the command's control requests, the decision at its end.
 - ``cmdcheck``: a command that cannot run (exit 126/127, no shell): one ERROR per broker.

@@ -1,11 +1,15 @@
-"""A broker: one thread, one connection, one tube; reserves jobs and runs each as a process.
+"""A broker (a worker): one thread, one connection, one watch set; runs jobs as processes.
 
 ``run_once()`` handles at most one job and returns its ``JobResult`` (None when the reserve
-timed out); ``run()`` loops on it until a stop event is set. Per job: reserve, one
-``stats-job``, policy (``policy.py``), the command (``process.run_command``) with a deadline
-before the TTR, then delete / release / bury while the reservation is still ours. Any
-failure talking to the server makes the job LOST (the server takes it back by itself) and
-the connection is rebuilt; nothing here raises out of ``run()``.
+timed out or was cut short); ``run()`` loops on it until a stop event is set. Before each
+reserve the worker asks its ``WatchPlan`` which tubes to watch (``--per-tube``: its one
+tube; ``--workers``: every tube of its pool, less those held back by a per-tube limit or
+rate, see ``gate.py``). Under ``run()`` an idle worker blocks in a plain ``reserve``: no
+request, no wake-up until a job comes; ``interrupt()`` shuts its socket down to stop it or
+to make it claim its watch set afresh. The per-job half (``stats-job``, policy, the
+command, delete / release / bury) is ``brokerjob.JobRunner``. Any failure talking to the
+server makes the job LOST (the server takes it back by itself) and the connection is
+rebuilt; nothing here raises out of ``run()``.
 
 Under ``run()`` the final command of a job goes out in one write with the next job's
 reserve (``client.pipeline``): two round trips per job instead of three. A reserve already
@@ -24,35 +28,19 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
-from cmdstalk_py.client.errors import (
-    CONNECTION_ERRORS,
-    Buried,
-    DeadlineSoon,
-    NotFound,
-    TimedOut,
-)
+from cmdstalk_py.client.errors import CONNECTION_ERRORS, DeadlineSoon, TimedOut
 from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.ops.observers import Observer
-from cmdstalk_py.process import (
-    ProcessResult,
-    batch_thread,
-    restore_thread,
-    run_command,
-)
+from cmdstalk_py.process import batch_thread, restore_thread
+from cmdstalk_py.supervisor.brokerjob import JobRunner
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.cmdcheck import CommandCheck
 from cmdstalk_py.supervisor.config import Config
-from cmdstalk_py.supervisor.jobenv import job_environment
 from cmdstalk_py.supervisor.joblog import JobLog
-from cmdstalk_py.supervisor.jobrun import JobRun, killed_reason
-from cmdstalk_py.supervisor.policy import Decision, precheck
-from cmdstalk_py.supervisor.results import JobResult, Outcome
-
-if TYPE_CHECKING:
-    from greenstalk import StatsJob
+from cmdstalk_py.supervisor.results import JobResult
+from cmdstalk_py.supervisor.watchplan import WatchPlan
 
 log = logging.getLogger("cmdstalk.broker")
 
@@ -62,13 +50,15 @@ log = logging.getLogger("cmdstalk.broker")
 REPORT_WAIT = 0.005
 
 
-class Broker:
-    """Runs the jobs of one tube, one at a time, as ``slot`` of that tube's brokers.
+class Broker(JobRunner):
+    """Runs jobs one at a time, as ``slot`` of ``tube``'s brokers (``--per-tube``) or of a
+    pool's shared workers (``plan`` gives the watch set; ``tube`` is then the label).
 
     ``stop`` ends reserving (``run`` may be given another event); ``kill`` makes a running
     command be stopped (TERM, grace, KILL) and its job released; ``kill_now`` does the same
     with SIGKILL at once. ``budget`` is shared between brokers for ``--max-jobs``, ``outage``
-    (connection failure reports) between all connections to the server.
+    (connection failure reports) between all connections to the server; ``address``:
+    (host, port) of the server, default the config's.
     Usable standalone: ``Broker(config, "mail", 0).run(stop_event)``.
     """
 
@@ -85,26 +75,30 @@ class Broker:
         budget: JobBudget | None = None,
         environ: Mapping[str, str] | None = None,
         outage: OutageReporter | None = None,
+        plan: WatchPlan | None = None,
+        address: tuple[str, int] | None = None,
     ) -> None:
         self.config = config
         self.tube = tube
         self.slot = slot
         self.where = f"{tube}:{slot}"
+        self.plan = plan if plan is not None else WatchPlan((tube,))
         self._observer = observer or Observer()
         self._stop = stop or threading.Event()
         self._kill = kill or threading.Event()
         self._kill_now = kill_now or threading.Event()
         self._budget = budget or JobBudget(None)
         self._argv = config.argv()
-        self._env = dict(os.environ if environ is None else environ)
+        self._env = {**(os.environ if environ is None else environ), **dict(config.env)}
         self._joblog = JobLog(tube, slot, self._observer)
         self._cmdcheck = CommandCheck(self.where, {"tube": tube, "slot": slot})
+        host, port = address if address is not None else (config.host, config.port)
         self.connection = HealingConnection(
-            config.host,
-            config.port,
+            host,
+            port,
             where=self.where,
             stop=self._stop,
-            watch=tube,
+            watch=self.plan.candidates() or None,
             io_timeout=config.io_timeout,
             max_wait=config.reconnect_max_wait,
             observer=self._observer,
@@ -115,6 +109,15 @@ class Broker:
         self._reserve_lock = threading.Lock()
         self._in_reserve = False
         self._interrupted = False
+        self._rewatch = False  # interrupt() came outside reserve: claim afresh before it
+        # Claims held for the next reserve, and the tube of the job running (``gate.py``).
+        self._claimed: tuple[str, ...] | None = None
+        self._running_tube: str | None = None
+        # None: a plain reserve (run() without idle_timeout); standalone run_once() calls
+        # keep the configured timeout, so they return when no job is there.
+        self.reserve_timeout: int | None = config.reserve_timeout
+        self._started_job = False
+        self.retired = False  # set by the pool: this worker stops at its next reserve
         # A --max-jobs ticket taken for a reserve sent ahead (see run_once's ``prefetch``).
         self._ticket_held = False
         # The last job's result, reported once the next command runs (see the docstring).
@@ -130,7 +133,8 @@ class Broker:
         idle_timeout: float | None = None,
     ) -> int:
         """Handle jobs until ``stop_event`` is set, ``max_jobs`` are done, the shared budget
-        is spent, or no job came for ``idle_timeout`` seconds. Returns the number of jobs.
+        is spent, the pool retires this worker, or no job came for ``idle_timeout`` seconds
+        (only then does it reserve with a timeout). Returns the number of jobs.
 
         With ``config.batch_scheduling`` and a single broker (``config.single_broker``) the
         calling thread runs under ``SCHED_BATCH`` until this returns (``process/sched.py``:
@@ -139,6 +143,7 @@ class Broker:
         if stop_event is not None:
             self._stop = stop_event
             self.connection.stop = stop_event
+        self.reserve_timeout = None if idle_timeout is None else self.config.reserve_timeout
         done = 0
         self._idle_since = time.monotonic()
         self._observer.broker_busy(self.tube, self.slot, False)
@@ -148,9 +153,7 @@ class Broker:
             # readiness (READY=1 to systemd) means "every broker is connected", and a broker
             # that waits for a ticket another broker holds must count as ready too.
             self.connection.client()
-            while not self._stop.is_set() and (max_jobs is None or done < max_jobs):
-                if self._budget.spent:
-                    break
+            while self._running() and (max_jobs is None or done < max_jobs):
                 if self._budget.busy and not self._ticket_held:
                     # Other brokers hold the last tickets; one may come back.
                     self._stop.wait(0.05)
@@ -183,6 +186,9 @@ class Broker:
                 restore_thread()
         return done
 
+    def _running(self) -> bool:
+        return not (self._stop.is_set() or self.retired or self._budget.spent)
+
     def close(self) -> None:
         """Report what is unreported and close the connection (``run`` does this itself).
 
@@ -191,9 +197,12 @@ class Broker:
         self._report_pending()
         self.connection.close()
         self._return_ticket()
+        self._job_done()
+        self.plan.release(self)
 
     def run_once(self, prefetch: bool = False) -> JobResult | None:
-        """Reserve and handle one job; None when no job came within the reserve timeout.
+        """Reserve and handle one job; None when no job came within the reserve timeout
+        (or there was nothing to watch, or the reserve was cut short).
 
         ``prefetch``: send the next reserve along with this job's final command, for a
         caller that calls ``run_once`` again (which then reads its reply). Raises
@@ -204,17 +213,54 @@ class Broker:
             self._ticket_held = False  # taken when the reserve was sent ahead
         elif not self._budget.take():
             return None
+        if not client.reserve_in_flight and not self._watch_claimed():
+            self._budget.give_back()
+            return None
         if self._unreported is not None and not client.reply_ready(self.report_wait):
             self._report_pending()  # the reserve may block: report now, not after it
+        job = self._reserve(client)
+        self._claimed = None  # the claims are the gate's now: started() or release()
+        if job is None:
+            self._budget.give_back()
+            self.plan.release(self)
+            return None
+        reserved_at = time.monotonic()
+        started_at = time.time()
+        self._observer.reserve_waited(self.tube, reserved_at - self._idle_since)
+        self._started_job = False
+        try:
+            result = self._handle(client, job, reserved_at, started_at, prefetch)
+        except BaseException:
+            self._budget.give_back()  # the job goes back to the server with the connection
+            self._job_done()
+            self.plan.release(self)
+            raise
+        finally:
+            self._idle_since = time.monotonic()
+        if not self._started_job:
+            self.plan.release(self)  # lost before its tube was known: claims go back
+        self._budget.finish()
+        self._report_pending()
+        if self._ticket_held:
+            self._unreported = result  # the next job follows at once: report it then
+        else:
+            self._report(result)
+        return result
+
+    def _reserve(self, client: Client) -> Job | None:
+        """The reserve itself, which ``interrupt`` / ``rewatch`` may cut short."""
         with self._reserve_lock:
-            if self._stop.is_set():
-                self._budget.give_back()
+            if self._stop.is_set() or self.retired or self._rewatch:
+                self._rewatch = False
+                if client.reserve_in_flight:
+                    # Its reply may be a job: the server takes it back with the connection.
+                    self.connection.drop(planned=True)
                 return None
             self._in_reserve = True
         job: Job | None = None
         error: BaseException | None = None
         try:
-            job = client.reserve(self.config.reserve_timeout)
+            job = client.reserve(self.reserve_timeout)
         except (TimedOut, DeadlineSoon):
             pass  # DEADLINE_SOON cannot happen: we hold no other job
         except CONNECTION_ERRORS as e:
@@ -224,33 +270,52 @@ class Broker:
                 self._in_reserve = False
                 interrupted, self._interrupted = self._interrupted, False
         if interrupted:
-            # Shutdown cut the reserve short; a job it may just have reserved went back to
-            # the server with the connection, unrun and uncounted.
-            self._budget.give_back()
-            self.connection.drop()
+            # Shutdown (or a new watch set) cut the reserve short; a job it may just have
+            # reserved went back to the server with the connection, unrun, no release.
+            self.connection.drop(planned=True)
             return None
-        if job is None:
-            self._budget.give_back()
-            if error is not None:
-                self.connection.drop(error)
-            return None
-        reserved_at = time.monotonic()
-        started_at = time.time()
-        self._observer.reserve_waited(self.tube, reserved_at - self._idle_since)
+        if error is not None:
+            self.connection.drop(error)
+        return job
+
+    def _claim(self) -> tuple[str, ...]:
+        self._rewatch = False  # a rewatch asked before this claim is answered by it
+        self._claimed = self.plan.claim(self)
+        return self._claimed
+
+    def _watch_claimed(self) -> bool:
+        """Claim a watch set and have the connection watch it; False: reserve nothing now
+        (nothing may be watched: this waits, with no request, until something changes)."""
+        tubes = self._claimed or self._claim()
+        if not tubes:
+            self._report_pending()
+            self.plan.wait(self, self._stop)
+            return False
         try:
-            result = self._handle(client, job, reserved_at, started_at, prefetch)
-        except BaseException:
-            self._budget.give_back()  # the job goes back to the server with the connection
-            raise
-        finally:
-            self._idle_since = time.monotonic()
-        self._budget.finish()
-        self._report_pending()
-        if self._ticket_held:
-            self._unreported = result  # the next job follows at once: report it then
-        else:
-            self._report(result)
-        return result
+            self.connection.set_watch(tubes)
+        except CONNECTION_ERRORS as e:
+            self.plan.release(self)
+            self._claimed = None
+            self.connection.drop(e)
+            return False
+        return True
+
+    def _claim_ahead(self) -> bool:
+        """Claim the next watch set now; True if the reserve may go out with this job's
+        final command (the connection already watches exactly that set)."""
+        tubes = self._claim()
+        return bool(tubes) and set(tubes) == set(self.connection.watching)
+
+    def _job_started(self, tube: str) -> None:
+        self._started_job = True
+        self._running_tube = tube
+        self._joblog.set_tube(tube)
+        self.plan.started(self, tube)
+
+    def _job_done(self) -> None:
+        tube, self._running_tube = self._running_tube, None
+        if tube is not None:
+            self.plan.finished(tube)
 
     def _report(self, result: JobResult) -> None:
         self._joblog.result(result)
@@ -277,160 +342,16 @@ class Broker:
                 self.connection.abort()
             elif not self.connection.connected.is_set():
                 self.connection.abort()  # it holds no job: nothing to hand back
+        self.plan.gate.notify()  # a worker with nothing to watch waits on the gate
 
-    # -- one job --------------------------------------------------------------------------
-
-    def _handle(
-        self, client: Client, job: Job, reserved_at: float, started_at: float, prefetch: bool
-    ) -> JobResult:
-        try:
-            stats = client.stats_job(job.id)
-        except NotFound:
-            return self._lost(job, started_at, "NOT_FOUND on stats-job: reservation expired")
-        except CONNECTION_ERRORS as e:
-            self._report_pending()  # before what is logged about this job
-            self.connection.drop(e)
-            return self._lost(job, started_at, f"connection lost before running: {e}")
-        releases, timeouts = stats["releases"], stats["timeouts"]
-        # A job reserved just as shutdown began runs like any other: releasing it unrun
-        # would count a release against it, and it is bounded by its TTR all the same.
-        proc: ProcessResult | None = None
-        run: JobRun | None = None
-        error: str | None = None
-        decision = precheck(
-            releases,
-            timeouts,
-            stats["kicks"],
-            max_releases=self.config.max_releases,
-            max_timeouts=self.config.max_timeouts,
-        )
-        if decision is not None:
-            self._report_pending()  # no command will start: the last job's report goes first
-            log.warning(
-                "buried without running by %s (releases=%d, timeouts=%d, kicks=%d)",
-                decision.reason.value if decision.reason else "precheck",
-                releases, timeouts, stats["kicks"],
-                extra=self._joblog.extra(job.id, "precheck_buried"),
-            )  # fmt: skip
-        else:
-            run = self._job_run(client, job, stats, reserved_at)
-            proc = self._run(job, stats, run)
-            self._cmdcheck.check(job.id, proc)
-            # The stop event is never cleared: set now means set before the command ended.
-            decision = run.decide(proc, stopping=self._stop.is_set())
-            error = proc.spawn_error
-        if prefetch and decision.command != "none":
-            self._reserve_ahead(client)
-        outcome, act_error = self._act(client, job, decision, stats["pri"])
-        return JobResult(
-            job_id=job.id,
-            tube=self.tube,
-            slot=self.slot,
-            outcome=outcome,
-            started_at=started_at,
-            ended_at=time.time(),
-            priority=stats["pri"],
-            ttr=stats["ttr"],
-            releases=releases,
-            timeouts=timeouts,
-            reserves=stats["reserves"],
-            age_s=stats["age"],
-            payload_bytes=len(job.body),
-            exit_code=proc.exit_code if proc else None,
-            signal=proc.signal if proc else None,
-            release_delay=decision.delay if outcome is Outcome.RELEASED else None,
-            stdout_tail=proc.stdout_tail.decode("utf-8", "replace") if proc else "",
-            stderr_tail=proc.stderr_tail.decode("utf-8", "replace") if proc else "",
-            error=act_error or error,
-            reason=decision.reason if outcome is decision.outcome else None,
-            killed=killed_reason(proc),
-            progress=run.progress if run else None,
-        )
-
-    def _reserve_ahead(self, client: Client) -> None:
-        """Send the next reserve with this job's final command, holding a ticket for it."""
-        if not self._stop.is_set() and self._budget.take():
-            client.reserve_next(self.config.reserve_timeout)
-            self._ticket_held = True
-
-    def _job_run(self, client: Client, job: Job, stats: StatsJob, reserved_at: float) -> JobRun:
-        return JobRun(
-            self.config,
-            client,
-            job.id,
-            stats,
-            reserved_at,
-            server=self.config.address,
-            extra=self._joblog.extra(job.id, "control"),
-            on_lost=self.connection.drop,
-        )
-
-    def _run(self, job: Job, stats: StatsJob, run: JobRun) -> ProcessResult:
-        env = job_environment(self._env, job.id, self.tube, stats, job.body)
-        self._observer.broker_busy(self.tube, self.slot, True)
-        try:
-            return run_command(
-                self._argv,
-                job.body,
-                env,
-                lease=run,
-                grace=run.plan.grace,
-                tail_bytes=self.config.tail_bytes,
-                on_stdout_line=self._joblog.line_logger(job.id, "stdout"),
-                on_stderr_line=self._joblog.line_logger(job.id, "stderr"),
-                stop=self._kill,
-                stop_now=self._kill_now,
-                on_kill=self._joblog.kill_reporter(job.id),
-                on_started=self._report_pending,
-                # CMDSTALK_RUN: kills reach processes that left the group and the tree.
-                marker=True,
-                on_control=run.on_control,
-            )
-        finally:
-            run.finish()
-            self._observer.broker_busy(self.tube, self.slot, False)
-
-    def _act(
-        self, client: Client, job: Job, decision: Decision, pri: int
-    ) -> tuple[Outcome, str | None]:
-        """Carry out ``decision`` on the reservation we hold; LOST if it is no longer ours.
-
-        Never on a new connection: if ours broke while the command ran, the server has
-        already put the job back (and may have given it to someone else).
-        """
-        command = decision.command
-        try:
-            if command == "delete":
-                client.delete(job.id)
-            elif command == "release":
-                client.release(job.id, pri, decision.delay or 0)
-            elif command == "bury":
-                client.bury(job.id, pri)
-        except NotFound:
-            return Outcome.LOST, f"NOT_FOUND on {command}: the reservation had expired"
-        except Buried:
-            # release could not grow the server's queue (out of memory): it buried the job.
-            return Outcome.BURIED, "server buried the job on release (out of memory)"
-        except CONNECTION_ERRORS as e:
-            self.connection.drop(e)
-            return Outcome.LOST, f"connection lost before {command}: {e}"
-        return decision.outcome, None
-
-    def _lost(self, job: Job, started_at: float, error: str) -> JobResult:
-        result = JobResult(
-            job_id=job.id,
-            tube=self.tube,
-            slot=self.slot,
-            outcome=Outcome.LOST,
-            started_at=started_at,
-            ended_at=time.time(),
-            priority=0,
-            ttr=0,
-            releases=0,
-            timeouts=0,
-            reserves=0,
-            age_s=0,
-            payload_bytes=len(job.body),
-            error=error,
-        )
-        return result
+    def rewatch(self) -> None:
+        """Make the worker claim its watch set afresh before it reserves (a tube came, went,
+        or became servable): a reserve under way is cut short, a running job left alone.
+        Thread-safe."""
+        with self._reserve_lock:
+            if self._in_reserve:
+                self._interrupted = True
+                self.connection.abort()
+            else:
+                self._rewatch = True
+        self.plan.gate.notify()

@@ -23,9 +23,11 @@ from cmdstalk_py.supervisor.config import (
     DEFAULT_SHELL,
     DEFAULT_TUBE,
     Config,
-    parse_address,
+    parse_addresses,
     parse_exit_codes,
     parse_shell,
+    parse_tube_limits,
+    parse_tube_rates,
     parse_tubes,
     validate_cmd,
 )
@@ -56,6 +58,15 @@ def _cmd_unless_config(ctx: click.Context, param: click.Parameter, value: Any) -
     return _parsed(validate_cmd)(ctx, param, value)
 
 
+Servers = tuple[tuple[str, int], ...]
+
+
+def _address_or_servers(text: str) -> tuple[str, int] | Servers:
+    """One HOST:PORT as (host, port), as ever; several as a tuple of them."""
+    servers = parse_addresses(text)
+    return servers[0] if len(servers) == 1 else servers
+
+
 def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(*decls, envvar=f"CMDSTALK_{env}", show_envvar=True, **kw)
 
@@ -68,11 +79,11 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
 @_option(
     "--address",
     env="ADDRESS",
-    metavar="HOST:PORT",
+    metavar="HOST:PORT[,HOST:PORT...]",
     default=DEFAULT_ADDRESS,
     show_default=True,
-    callback=_parsed(parse_address),
-    help="beanstalkd server, HOST:PORT.",
+    callback=_parsed(_address_or_servers),
+    help="beanstalkd server, HOST:PORT; several, comma-separated: every one is served.",
 )
 @_option(
     "--all/--no-all",
@@ -287,6 +298,35 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     metavar="HOST:PORT",
     help="Serve Prometheus metrics on HOST:PORT (:PORT listens on 127.0.0.1).",
 )
+# -- pools (issue #18) -------------------------------------------------------------------
+@_option(
+    "--workers",
+    env="WORKERS",
+    metavar="N",
+    type=numbers.count(1, numbers.MAX_PER_TUBE),
+    default=None,
+    help="N shared workers per server, each watching every tube of --tubes/--all/globs: "
+    "the server hands out the most urgent job across tubes (instead of --per-tube).",
+)
+@_option(
+    "--tube-limit",
+    "tube_limits",
+    env="TUBE_LIMIT",
+    metavar="TUBE=N",
+    multiple=True,
+    callback=_parsed(parse_tube_limits),
+    help="At most N jobs of TUBE running at once (repeatable); its other jobs wait queued.",
+)
+@_option(
+    "--tube-rate",
+    "tube_rates",
+    env="TUBE_RATE",
+    metavar="TUBE=N/s[:BURST]",
+    multiple=True,
+    callback=_parsed(parse_tube_rates),
+    help="At most N job starts of TUBE per second (or /m, /h), BURST at once "
+    "(default: one second's worth); repeatable.",
+)
 @_option(
     "--config",
     "config_file",
@@ -306,7 +346,7 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
 @fate_options  # --on-exit, --on-timeout, --backoff-jitter, --keep-alive, --max-runtime
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(
-    address: tuple[str, int],
+    address: tuple[str, int] | Servers,
     all_tubes: bool,
     cmd: str,
     per_tube: int,
@@ -340,6 +380,9 @@ def command(
     backoff_jitter: bool,
     keep_alive: bool,
     max_runtime: float | None,
+    workers: int | None,
+    tube_limits: tuple[tuple[str, int], ...],
+    tube_rates: tuple[tuple[str, float, float], ...],
 ) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
@@ -348,6 +391,13 @@ def command(
         raise click.BadParameter(
             "only the --embedded server has a binlog; give --embedded too", param_hint="--binlog"
         )
+    source = click.get_current_context().get_parameter_source("per_tube")
+    if workers is not None and source is not click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter(
+            "give --workers (shared by all tubes) or --per-tube, not both",
+            param_hint="--workers",
+        )
+    servers: Servers = (address,) if isinstance(address[0], str) else address
     extras = Extras(
         embedded=embedded,
         embedded_max_job_size=embedded_max_job_size,
@@ -368,8 +418,12 @@ def command(
         raise click.MissingParameter(param_hint="'--cmd'", param_type="option")
     config = Config(
         cmd=cmd,
-        host=address[0],
-        port=address[1],
+        host=servers[0][0],
+        port=servers[0][1],
+        servers=servers if len(servers) > 1 else (),
+        workers=workers,
+        tube_limits=tube_limits,
+        tube_rates=tube_rates,
         tubes=tubes,
         all_tubes=all_tubes,
         per_tube=per_tube,

@@ -43,7 +43,7 @@ class Config:
     bury_exit_codes: frozenset[int] = field(default_factory=frozenset)
     max_jobs: int | None = None  # exit after this many jobs
     shutdown_timeout: float | None = None  # None: running jobs may use their whole TTR
-    reserve_timeout: int = 1  # seconds; short so that shutdown is prompt
+    reserve_timeout: int = 1  # seconds, for a standalone run_once; workers block in reserve
     tail_bytes: int = 4096  # stdout/stderr kept for the job result
     io_timeout: float = 30.0  # a server silent this long is treated as gone
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
@@ -79,7 +79,19 @@ class Config:
     @property
     def single_broker(self) -> bool:
         """One tube, one broker: the only case where ``batch_scheduling`` applies."""
-        return not self.all_tubes and len(self.tubes) == 1 and self.per_tube == 1
+        workers = self.per_tube if self.workers is None else self.workers
+        return (
+            not self.all_tubes
+            and len(self.tubes) == 1
+            and not is_glob(self.tubes[0])
+            and workers == 1
+            and len(self.servers) <= 1
+        )
+
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        """Every server this pool serves."""
+        return self.servers or ((self.host, self.port),)
 
     def argv(self) -> list[str]:
         """The argv a job runs: the shell words followed by the command (Go: bash -c CMD)."""
@@ -98,13 +110,29 @@ _SECONDS = (
 )
 
 
+def is_glob(name: str) -> bool:
+    """A ``tubes`` entry with ``*``, ``?`` or ``[`` is a pattern (tube names have none)."""
+    return any(c in name for c in "*?[")
+
+
+def validate_tube_or_glob(name: str) -> str:
+    """A tube name, or a glob whose literal parts are tube-name characters."""
+    if not is_glob(name):
+        return validate_tube(name)
+    literal = "".join(c for c in name if c not in "*?[]!")
+    if literal:
+        validate_tube(literal.lstrip("-") or "x")
+    return name
+
+
 def parse_tubes(values: Iterable[str]) -> tuple[str, ...]:
-    """Comma-separated tube lists (Go's ``-tubes=a,b``), possibly repeated → unique names."""
+    """Comma-separated tube lists (Go's ``-tubes=a,b``), possibly repeated → unique names
+    (globs such as ``mail.*`` allowed)."""
     tubes: list[str] = []
     for value in values:
         for name in value.split(","):
             name = name.strip()
-            if name and validate_tube(name) not in tubes:
+            if name and validate_tube_or_glob(name) not in tubes:
                 tubes.append(name)
     if not tubes:
         raise ValueError("no tube names given")
@@ -183,3 +211,64 @@ def validate_cmd(cmd: str) -> str:
     if not cmd.strip():
         raise ValueError("the command must not be empty")
     return cmd
+
+
+def parse_addresses(text: str) -> tuple[tuple[str, int], ...]:
+    """``a:11300,b:11300`` → ((host, port), ...), unique, in order (one or more)."""
+    servers: list[tuple[str, int]] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part:
+            server = parse_address(part)
+            if server not in servers:
+                servers.append(server)
+    if not servers:
+        raise ValueError("no server address given")
+    return tuple(servers)
+
+
+def _tube_value(text: str, what: str) -> tuple[str, str]:
+    tube, sep, value = text.partition("=")
+    if not sep or not tube.strip() or not value.strip():
+        raise ValueError(f"expected TUBE={what}, got {text!r}")
+    return validate_tube(tube.strip()), value.strip()
+
+
+def parse_tube_limits(values: Iterable[str]) -> tuple[tuple[str, int], ...]:
+    """``images=2`` (repeatable; the last for a tube wins) → ((tube, most running), ...)."""
+    limits: dict[str, int] = {}
+    for text in values:
+        tube, value = _tube_value(text, "N")
+        if not value.isdigit() or not 1 <= int(value) <= 1_000_000:
+            raise ValueError(f"invalid limit {value!r} for tube {tube}: expected 1-1000000")
+        limits[tube] = int(value)
+    return tuple(limits.items())
+
+
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> tuple[float, float]:
+    """``5/s``, ``300/m:20``, ``2.5/h`` → (starts per second, burst). The burst defaults
+    to one second's starts (at least 1): ``5/s`` may start 5 at once after a quiet spell."""
+    rate_text, _, burst_text = text.partition(":")
+    count, slash, unit = rate_text.partition("/")
+    try:
+        per_second = float(count) / _PER[unit.strip() or "s"]
+        burst = float(burst_text) if burst_text else max(1.0, per_second)
+    except (ValueError, KeyError):
+        raise ValueError(f"invalid rate {text!r}: expected N/s, N/m or N/h, then :BURST") from None
+    if not slash or not (math.isfinite(per_second) and per_second > 0):
+        raise ValueError(f"invalid rate {text!r}: expected a positive N/s, N/m or N/h")
+    if not (math.isfinite(burst) and 1 <= burst <= 1_000_000):
+        raise ValueError(f"invalid burst in {text!r}: expected 1-1000000")
+    return per_second, burst
+
+
+def parse_tube_rates(values: Iterable[str]) -> tuple[tuple[str, float, float], ...]:
+    """``images=5/s:10`` (repeatable) → ((tube, starts per second, burst), ...)."""
+    rates: dict[str, tuple[float, float]] = {}
+    for text in values:
+        tube, value = _tube_value(text, "RATE")
+        rates[tube] = parse_rate(value)
+    return tuple((t, r, b) for t, (r, b) in rates.items())

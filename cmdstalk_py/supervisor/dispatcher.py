@@ -1,34 +1,48 @@
-"""The dispatcher: decides which brokers exist and runs each on its own thread.
+"""The dispatcher: which pools run, and a reload's switch from one set of pools to the next.
 
-With ``--tubes`` it starts ``per_tube`` brokers for every listed tube at once. With
-``--all`` a discovery thread polls ``list-tubes`` every ``discover_interval`` seconds (on
-its own self-healing connection) and starts ``per_tube`` brokers for each tube it has not
-seen yet, so tubes created after start are served too. Brokers are never stopped one by
-one: a tube that disappears (beanstalkd drops empty, unwatched tubes) keeps its brokers,
-which keep watching it, so it stays alive and is served when jobs arrive again.
+A supervisor runs a tuple of ``Config``s, one per pool (the command line makes one; a
+config file several); each is a ``pool.Pool`` with its own workers and stop event.
+``reload(configs)`` compares by pool name: an added pool starts; a removed one stops
+reserving and lets its running jobs finish, as on SIGTERM; a changed one is stopped the
+same way while its successor starts at once, sharing its gate, so per-tube limits count
+the old pool's running jobs until they end. No running job is killed by a reload. Every
+connection to one server shares one ``OutageReporter``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
-from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
-from cmdstalk_py.client.errors import CONNECTION_ERRORS
+from cmdstalk_py.client.connection import OutageReporter
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.pool import Pool
 
 log = logging.getLogger("cmdstalk.dispatcher")
 
 
+def as_pools(configs: Config | Sequence[Config]) -> tuple[Config, ...]:
+    """One Config or several → a tuple with unique pool names (ValueError otherwise)."""
+    pools = (configs,) if isinstance(configs, Config) else tuple(configs)
+    if not pools:
+        raise ValueError("no pools to run")
+    names = [c.pool for c in pools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"pool names must be unique: {', '.join(dupes)}")
+    return pools
+
+
 class Dispatcher:
-    """Starts and tracks brokers; ``stop`` ends reserving everywhere (and discovery)."""
+    """Starts and tracks pools; ``stop`` (set by the supervisor) ends reserving everywhere."""
 
     def __init__(
         self,
-        config: Config,
+        configs: Config | Sequence[Config],
         observer: Observer,
         *,
         stop: threading.Event,
@@ -36,130 +50,109 @@ class Dispatcher:
         kill_now: threading.Event,
         budget: JobBudget,
     ) -> None:
-        self.config = config
+        self.configs = as_pools(configs)
+        self.config = self.configs[0]
         self._observer = observer
         self._stop = stop
         self._kill = kill
         self._kill_now = kill_now
         self._budget = budget
         self._lock = threading.Lock()
-        self._brokers: list[tuple[Broker, threading.Thread]] = []
-        self._tubes: list[str] = []
-        self._initial: list[Broker] = []
-        self._discovered = threading.Event()  # the first tube list is known
-        self._discovery: threading.Thread | None = None
-        # Every connection to the server reports through it: one warning per outage.
-        self._outage = OutageReporter(config.address)
-        self._discovery_conn = HealingConnection(
-            config.host,
-            config.port,
-            where="dispatcher",
-            stop=stop,
-            io_timeout=config.io_timeout,
-            max_wait=config.reconnect_max_wait,
-            observer=observer,
-            outage=self._outage,
-        )
+        self._outages: dict[str, OutageReporter] = {}
+        self._pools: dict[str, Pool] = {}
+        self._retiring: list[Pool] = []  # removed or replaced, finishing their jobs
+        self._started = False
+
+    def outage(self, address: str) -> OutageReporter:
+        """The one reporter of ``address``, shared by every connection to it."""
+        with self._lock:
+            reporter = self._outages.get(address)
+            if reporter is None:
+                reporter = self._outages[address] = OutageReporter(address)
+            return reporter
+
+    def _new_pool(self, config: Config, old: Pool | None = None) -> Pool:
+        return Pool(
+            config, self._observer, kill=self._kill, kill_now=self._kill_now,
+            budget=self._budget, outage=self.outage, gate=old.gate if old else None,
+        )  # fmt: skip
 
     def start(self) -> None:
-        """Start the brokers for ``--tubes``, or the discovery thread for ``--all``."""
-        if self.config.all_tubes:
-            self._discovery = threading.Thread(
-                target=self._discover_loop, name="cmdstalk-discovery", daemon=True
-            )
-            self._discovery.start()
-        else:
-            for tube in self.config.tubes:
-                self._initial.extend(self._start_tube(tube))
-            self._discovered.set()
+        """Start every pool's workers (and discovery for ``--all`` and globs)."""
+        with self._lock:
+            pools = [self._new_pool(c) for c in self.configs]
+            self._pools = {p.name: p for p in pools}
+            self._started = True
+        for pool in pools:
+            pool.start()
+
+    def reload(self, configs: Sequence[Config]) -> None:
+        """Switch to ``configs`` (see the module docstring); ValueError if they are invalid."""
+        new = {c.pool: c for c in as_pools(configs)}
+        if self._stop.is_set():
+            return  # draining: nothing new starts
+        with self._lock:
+            old = dict(self._pools)
+        started: list[Pool] = []
+        for name, pool in old.items():
+            if new.get(name) != pool.config:
+                self._retire(pool)
+        for name, config in new.items():
+            if old.get(name) is not None and old[name].config == config:
+                continue
+            pool = self._new_pool(config, old.get(name))
+            with self._lock:
+                self._pools[name] = pool
+            started.append(pool)
+        with self._lock:
+            for name in set(old) - set(new):
+                self._pools.pop(name, None)
+            self.configs = tuple(self._pools[n].config for n in new)
+        for pool in started:
+            pool.start()
+        log.info(
+            "reloaded: %d pool(s); started %s; retired %s", len(new),
+            ",".join(p.name for p in started) or "none",
+            ",".join(n for n in old if new.get(n) != old[n].config) or "none",
+        )  # fmt: skip
+
+    def _retire(self, pool: Pool) -> None:
+        pool.stop()
+        with self._lock:
+            self._retiring.append(pool)
+
+    def _all_pools(self) -> list[Pool]:
+        with self._lock:
+            self._retiring = [p for p in self._retiring if any(t.is_alive() for t in p.threads())]
+            return [*self._pools.values(), *self._retiring]
 
     def tubes(self) -> list[str]:
         """The tubes served so far (for metrics)."""
-        with self._lock:
-            return list(self._tubes)
+        seen: dict[str, None] = {}
+        for pool in self._all_pools():
+            seen.update(dict.fromkeys(pool.tubes()))
+        return list(seen)
 
     def brokers(self) -> list[Broker]:
-        with self._lock:
-            return [b for b, _ in self._brokers]
+        return [b for pool in self._all_pools() for b in pool.brokers()]
 
     def ready(self) -> bool:
-        """True once the initial tube set is known and all its brokers are connected."""
-        if not self._discovered.is_set():
-            return False
+        """True once every pool's initial workers are connected (or their server is down)."""
         with self._lock:
-            initial = list(self._initial)
-        return all(b.connection.connected.is_set() for b in initial)
+            pools = list(self._pools.values()) if self._started else []
+        return bool(pools) and all(p.ready() for p in pools)
 
     def interrupt_idle(self) -> None:
-        """Cut short the reserves of idle brokers and discovery (after ``stop`` was set)."""
-        self._discovery_conn.abort()  # holds no job; may wait on a server that is silent
-        for broker in self.brokers():
-            broker.interrupt()
+        """Stop every pool's reserving (after ``stop`` was set): idle workers are cut short."""
+        for pool in self._all_pools():
+            pool.stop()
 
     def running(self) -> int:
-        """How many broker threads (plus discovery) are still alive."""
-        with self._lock:
-            threads = [t for _, t in self._brokers]
-        alive = sum(t.is_alive() for t in threads)
-        if self._discovery is not None and self._discovery.is_alive():
-            alive += 1
-        return alive
+        """How many worker, discovery and waker threads are still alive."""
+        return sum(t.is_alive() for pool in self._all_pools() for t in pool.threads())
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for discovery and every broker to finish (after ``stop`` was set)."""
-        if self._discovery is not None:
-            self._discovery.join(timeout)
-        with self._lock:
-            threads = [t for _, t in self._brokers]
-        for t in threads:
-            t.join(timeout)
-
-    def _start_tube(self, tube: str) -> list[Broker]:
-        started = []
-        with self._lock:
-            if tube in self._tubes:
-                return []
-            self._tubes.append(tube)
-            for slot in range(self.config.per_tube):
-                broker = Broker(
-                    self.config,
-                    tube,
-                    slot,
-                    self._observer,
-                    stop=self._stop,
-                    kill=self._kill,
-                    kill_now=self._kill_now,
-                    budget=self._budget,
-                    outage=self._outage,
-                )
-                thread = threading.Thread(
-                    target=broker.run, name=f"cmdstalk-{broker.where}", daemon=True
-                )
-                self._brokers.append((broker, thread))
-                started.append((broker, thread))
-        for _, thread in started:
-            thread.start()
-        log.info("serving tube %s with %d broker(s)", tube, self.config.per_tube)
-        return [b for b, _ in started]
-
-    def _discover_loop(self) -> None:
-        conn = self._discovery_conn
-        try:
-            while not self._stop.is_set() and not self._budget.spent:
-                try:
-                    names = conn.client().tubes()
-                except Stopped:
-                    return
-                except CONNECTION_ERRORS as e:
-                    conn.drop(e)
-                    continue
-                for name in names:
-                    started = self._start_tube(name)
-                    if not self._discovered.is_set():
-                        self._initial.extend(started)
-                self._discovered.set()
-                self._stop.wait(self.config.discover_interval)
-        except Exception:  # never take the process down; brokers already started go on
-            log.exception("tube discovery failed; no new tubes will be served")
-        finally:
-            conn.close()
+        """Wait for every pool's threads to finish (after ``stop`` was set)."""
+        for pool in self._all_pools():
+            for thread in pool.threads():
+                thread.join(timeout)

@@ -23,12 +23,19 @@ output_log = logging.getLogger(OUTPUT_LOGGER)
 
 
 class JobLog:
-    """The log lines of one broker (``tube``, ``slot``)."""
+    """The log lines of one broker (``tube``, ``slot``; a shared worker's ``tube`` is the
+    tube of its current job, see ``set_tube``)."""
 
     def __init__(self, tube: str, slot: int, observer: Observer) -> None:
         self.tube = tube
         self._extra: dict[str, object] = {"tube": tube, "slot": slot}
         self._observer = observer
+
+    def set_tube(self, tube: str) -> None:
+        """The job now starting is of ``tube`` (a shared worker watches several)."""
+        if tube != self.tube:
+            self.tube = tube
+            self._extra = {**self._extra, "tube": tube}
 
     def extra(self, job_id: int, event: str) -> dict[str, object]:
         """The structured extras of a line about ``job_id``."""
@@ -54,7 +61,8 @@ class JobLog:
         # The rule is worth a word only where it is not the default one.
         why = f" by {r.reason.value}" if r.reason not in _PLAIN else ""
         msg = f"{how}, {outcome}{why}{delay} in {r.duration_ms:.0f} ms{error}"
-        log.log(level, msg, extra=self.extra(r.job_id, outcome))
+        # Reported maybe once the next job started: its own tube, not the current one.
+        log.log(level, msg, extra={**self.extra(r.job_id, outcome), "tube": r.tube})
 
     def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
         """A callback logging each output line; None when output is not logged at all

@@ -8,9 +8,11 @@ States, in order (each transition is made in one place, ``_step``)::
 DRAINING: no new reservations; running jobs may finish until their own TTR deadline or
 ``--shutdown-timeout``, whichever comes first; then their process groups get TERM, grace,
 KILL and the jobs are released (a TTR kill while draining releases too, see ``decide``).
-A second SIGTERM/SIGINT kills every running command at once and releases its job. Signal
-handlers only count signals; the main loop, woken through the signal wakeup fd, acts on
-the count.
+A second SIGTERM/SIGINT kills every running command at once and releases its job. SIGHUP
+runs ``on_hup`` (reopen the event log) and, with a ``reload`` source (``--config``), reads
+the pools again and has the dispatcher switch to them; a source that fails (a bad file)
+is logged and the running pools are kept. Signal handlers only count signals; the main
+loop, woken through the signal wakeup fd, acts on the count.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import reap_orphans
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
-from cmdstalk_py.supervisor.dispatcher import Dispatcher
+from cmdstalk_py.supervisor.dispatcher import Dispatcher, as_pools
 
 log = logging.getLogger("cmdstalk")
 
@@ -49,10 +51,12 @@ class SupervisorState(enum.Enum):
 
 
 class Supervisor:
-    """Runs brokers for ``config`` until stopped; ``run()`` returns the exit status (0).
+    """Runs the pools of ``config`` (one Config, or one per pool) until stopped; ``run()``
+    returns the exit status (0).
 
     ``observer`` receives every hook (results, readiness, heartbeats) and is closed at the
-    end. ``on_hup`` runs in the main loop after a SIGHUP (e.g. reopen the event log).
+    end. ``on_hup`` runs in the main loop after a SIGHUP (e.g. reopen the event log), then
+    ``reload`` (returns the new pools, raises to keep the running ones).
     ``reap_orphans``: reap, about once a second, adopted orphans of job commands (daemons a
     job left behind) that have exited. Only for a child subreaper or PID 1, and never in a
     process that also waits for children some other way (``subprocess``, as test runners
@@ -61,22 +65,25 @@ class Supervisor:
 
     def __init__(
         self,
-        config: Config,
+        config: Config | Sequence[Config],
         observer: Observer | None = None,
         *,
         on_hup: Callable[[], None] | None = None,
+        reload: Callable[[], Sequence[Config]] | None = None,
         reap_orphans: bool = False,
     ) -> None:
-        self.config = config
+        self.configs = as_pools(config)
+        self.config = config = self.configs[0]
         self.observer = observer or Observer()
         self._on_hup = on_hup
+        self._reload = reload
         self._reap_orphans = reap_orphans
         self.stop_reserving = threading.Event()
         self.kill = threading.Event()
         self.kill_now = threading.Event()
         self.budget = JobBudget(config.max_jobs)
         self.dispatcher = Dispatcher(
-            config,
+            self.configs,
             self.observer,
             stop=self.stop_reserving,
             kill=self.kill,
@@ -99,6 +106,11 @@ class Supervisor:
     def request_stop(self) -> None:
         """Same as a SIGTERM: the first call drains, the second kills running commands."""
         self._stop_requests += 1
+        self._wake()
+
+    def request_reload(self) -> None:
+        """Same as a SIGHUP: ``on_hup``, then the pools read again (from another thread)."""
+        self._hups += 1
         self._wake()
 
     def _wake(self) -> None:
@@ -133,6 +145,8 @@ class Supervisor:
             self._hups_seen = self._hups
             if self._on_hup is not None:
                 self._on_hup()
+            if self.state is not SupervisorState.DRAINING:
+                self.reload()
         if self.state is SupervisorState.STARTING and self.dispatcher.ready():
             # STARTING -> RUNNING: every initial broker holds a connection.
             self.state = SupervisorState.RUNNING
@@ -173,6 +187,20 @@ class Supervisor:
             self.observer.heartbeat()
         return False
 
+    def reload(self) -> bool:
+        """Read the pools from the ``reload`` source and switch to them (as on SIGHUP);
+        False, with the error logged and the running pools kept, when that fails."""
+        if self._reload is None:
+            return False
+        try:
+            configs = self._reload()
+            self.dispatcher.reload(configs)
+        except Exception as e:  # a bad file: one line, the running config stays
+            log.error("reload failed, keeping the running pools: %s", e)
+            return False
+        self.configs = self.dispatcher.configs
+        return True
+
     def _begin_drain(self, now: float) -> None:
         self.state = SupervisorState.DRAINING
         self._drain_started = now
@@ -189,6 +217,7 @@ class Supervisor:
         if self.state is not SupervisorState.STOPPED:  # an exception got us here: stop everything
             self.stop_reserving.set()
             self.kill_now.set()
+            self.dispatcher.interrupt_idle()
         self.dispatcher.join(timeout=10)
         self.state = SupervisorState.STOPPED
         log.info("stopped")

@@ -67,6 +67,8 @@ class JobResult(NamedTuple):
     reason: Reason | None = None  # the rule that decided the outcome (None when LOST)
     killed: Reason | None = None  # why we killed the command: TTR, MAX_RUNTIME or SHUTDOWN
     progress: str | None = None  # the command's last ``progress`` note (control channel)
+    server: str = ""  # host:port of the server the job came from (schema v2)
+    pool: str = "default"  # the pool whose worker ran it (schema v2)
 
     @property
     def duration_ms(self) -> float:

@@ -13,13 +13,15 @@ import contextlib
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
 
 from cmdstalk_py import __version__
+from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.eventlog import EventLog
 from cmdstalk_py.ops.logsetup import configure_logging, lean_records
 from cmdstalk_py.ops.observers import Observers
@@ -45,10 +47,14 @@ class Extras:
     log_level: str = "INFO"
     events: str | None = None
     metrics: str | None = None
+    config_file: str | None = None  # --config: SIGHUP reads the pools from it again
 
 
-def run_supervisor(config: Config, extras: Extras) -> int:
-    """Run the supervisor with logging, observers and (optionally) the embedded server."""
+def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
+    """Run the supervisor (one Config per pool) with logging, observers and (optionally)
+    the embedded server; with ``extras.config_file`` SIGHUP reloads the pools from it."""
+    pools = (configs,) if isinstance(configs, Config) else tuple(configs)
+    config = pools[0]
     if extras.metrics is not None:
         require_extra("prometheus_client", "metrics", "--metrics")
     configure_logging(extras.log_format, extras.log_level)
@@ -73,7 +79,10 @@ def run_supervisor(config: Config, extras: Extras) -> int:
         # If this process is killed (SIGKILL, OOM killer), the sentinel kills the commands
         # still running, so a restarted supervisor never runs a job beside its old run.
         start_sentinel(config.kill_grace)
-        supervisor = Supervisor(config, observers, on_hup=on_hup, reap_orphans=reap)
+        supervisor = Supervisor(
+            pools, observers, on_hup=on_hup, reload=pool_reader(extras.config_file),
+            reap_orphans=reap,
+        )  # fmt: skip
         if extras.metrics is not None:
             from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client
 
@@ -89,14 +98,29 @@ def run_supervisor(config: Config, extras: Extras) -> int:
         if notifier.enabled:
             observers.add(notifier)
         log.info(
-            "cmdstalk %s: %s on %s, %d per tube, cmd %r",
+            "cmdstalk %s: %s on %s, %s, cmd %r",
             __version__,
             "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes),
-            config.address,
-            config.per_tube,
+            ",".join(format_address(h, p) for h, p in config.addresses),
+            f"{config.per_tube} per tube" if config.workers is None
+            else f"{config.workers} shared worker(s) per server",
             config.cmd,
         )
         return supervisor.run()
+
+
+def pool_reader(path: str | None) -> Callable[[], Sequence[Config]] | None:
+    """What SIGHUP reads the pools from: ``poolfile.load_pools(path)`` (None: no file)."""
+    if path is None:
+        return None
+    # Imported by name: the config-file module is its own piece (issue #18, item 3).
+    poolfile = importlib.import_module("cmdstalk_py.supervisor.poolfile")
+
+    def read() -> Sequence[Config]:
+        pools: Sequence[Config] = poolfile.load_pools(Path(path))
+        return pools
+
+    return read
 
 
 def require_extra(module: str, extra: str, option: str) -> None:

@@ -1,4 +1,4 @@
-"""Event log v1: exact record layout, concurrent appends, rotation and reopen."""
+"""Event log v2: exact record layout, concurrent appends, rotation and reopen."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from cmdstalk_py.ops.eventlog import EventLog, bounded_tail, event_record, insta
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 SCHEMA_KEYS = [
-    "schema", "start", "end", "duration_ms", "hostname", "pid", "tube", "slot", "job_id",
+    "schema", "start", "end", "duration_ms", "hostname", "pid", "pool", "server", "tube",
+    "slot", "job_id",
     "priority", "ttr", "releases", "timeouts", "reserves", "age_s", "payload_bytes", "outcome",
     "exit_code", "signal", "release_delay", "stdout_tail", "stderr_tail", "error",
     "reason", "killed", "progress",
@@ -30,7 +31,7 @@ def result(job_id: int = 7, **kw: object) -> JobResult:
         job_id=job_id, tube="mail", slot=1, outcome=Outcome.DELETED,
         started_at=1795262950.25, ended_at=1795262951.7505, priority=1024, ttr=60,
         releases=0, timeouts=0, reserves=1, age_s=3, payload_bytes=11, exit_code=0,
-        stdout_tail="HELLO\n",
+        stdout_tail="HELLO\n", server="10.0.0.5:11300", pool="mail",
     )  # fmt: skip
     fields.update(kw)
     return JobResult(**fields)  # type: ignore[arg-type]
@@ -53,7 +54,8 @@ def test_record_layout_types_and_values() -> None:
     assert list(rec) == SCHEMA_KEYS
     assert rec == {
         "schema": 2, "start": "2026-11-21T12:09:10.250Z", "end": "2026-11-21T12:09:11.750Z",
-        "duration_ms": 1500.5, "hostname": "host-a", "pid": 4242, "tube": "mail", "slot": 1,
+        "duration_ms": 1500.5, "hostname": "host-a", "pid": 4242, "pool": "mail",
+        "server": "10.0.0.5:11300", "tube": "mail", "slot": 1,
         "job_id": 7, "priority": 1024, "ttr": 60, "releases": 0, "timeouts": 0, "reserves": 1,
         "age_s": 3, "payload_bytes": 11, "outcome": "deleted", "exit_code": 0, "signal": None,
         "release_delay": None, "stdout_tail": "HELLO\n", "stderr_tail": "", "error": None,

@@ -193,3 +193,19 @@ def test_parse_hostport(text: str, expected: tuple[str, int]) -> None:
 def test_parse_hostport_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_hostport(text)
+
+
+def test_pool_tube_and_server_metrics(exporter: MetricsExporter) -> None:
+    exporter.job_finished(result(Outcome.DELETED)._replace(pool="img", server="q:11300"))
+    exporter.tube_running("img", "thumbs", 2, 2)
+    exporter.tube_held("img", "thumbs", "limit")
+    exporter.tube_held("img", "resize", "rate")
+    exporter.tube_held("img", "resize", None)
+    s = scrape(exporter.port)
+    labels = {"pool": "img", "server": "q:11300", "outcome": "deleted"}
+    assert value(s, "cmdstalk_server_jobs_finished_total", **labels) == 1
+    assert value(s, "cmdstalk_tube_running", pool="img", tube="thumbs") == 2
+    assert value(s, "cmdstalk_tube_limit", pool="img", tube="thumbs") == 2
+    assert value(s, "cmdstalk_tube_held", pool="img", tube="thumbs", reason="limit") == 1
+    assert value(s, "cmdstalk_tube_held", pool="img", tube="thumbs", reason="rate") == 0
+    assert value(s, "cmdstalk_tube_held", pool="img", tube="resize", reason="rate") == 0

@@ -65,6 +65,12 @@ def alpha_10h() -> list[JobResult]:
     ]
 
 
+def v1(record: dict[str, object]) -> dict[str, object]:
+    """A v2 record as a supervisor from before pools wrote it."""
+    old = {k: v for k, v in record.items() if k not in ("pool", "server")}
+    return {**old, "schema": 1}
+
+
 def write_logs(tmp: Path) -> Path:
     logs = tmp / "logs"
     logs.mkdir()
@@ -86,10 +92,14 @@ def write_logs(tmp: Path) -> Path:
         for i in range(50)
     ]
     everything = alpha + late + beta
-    # Two supervisors on two hosts, each with its own file.
+    # Two supervisors on two hosts, each with its own file: h1 an older one writing schema
+    # v1 (no pool, no server), h2 a current one (v2).
     for host, part in (("h1", everything[0::2]), ("h2", everything[1::2])):
-        lines = b"".join(encode_line(event_record(r, host, 100)) for r in part)
-        (logs / f"{host}.jsonl").write_bytes(lines)
+        records = [event_record(r._replace(pool="imaging", server="q:11300"), host, 100)
+                   for r in part]  # fmt: skip
+        if host == "h1":
+            records = [v1(record) for record in records]
+        (logs / f"{host}.jsonl").write_bytes(b"".join(encode_line(r) for r in records))
     (logs / "junk.jsonl").write_bytes(
         b'not json\n{"schema": 1, "tube": "alpha", "start": "yesterday"}\n'
         + encode_line({**event_record(alpha[0], "h3", 1), "schema": 99})
@@ -149,6 +159,12 @@ def test_report_counts_rates_and_percentiles(spark: SparkSession, tmp_path: Path
 
     events = spark.read.parquet(str(out / "events"))
     assert events.count() == 12_150
+    # Both versions read: v1 rows as pool "default" with no server, v2 rows as written.
+    by_version = {
+        (row["schema"], row["pool"], row["server"]): row["count"]
+        for row in events.groupBy("schema", "pool", "server").count().collect()
+    }
+    assert by_version == {(1, "default", None): 6075, (2, "imaging", "q:11300"): 6075}
     assert (out / "events" / "tube=alpha" / "date=2026-11-21").is_dir()
     assert spark.read.parquet(str(out / "windows")).count() == 3
     page = (out / "report.html").read_text()

@@ -104,6 +104,9 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_BACKOFF_JITTER": "true",
         "CMDSTALK_KEEP_ALIVE": "true",
         "CMDSTALK_MAX_RUNTIME": "3600",
+        "CMDSTALK_WORKERS": "4",
+        "CMDSTALK_TUBE_LIMIT": "x=2 y=1",
+        "CMDSTALK_TUBE_RATE": "x=5/s:10",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -143,6 +146,9 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "backoff_jitter": True,
         "keep_alive": True,
         "max_runtime": 3600.0,
+        "workers": 4,
+        "tube_limits": (("x", 2), ("y", 1)),
+        "tube_rates": (("x", 5.0, 10.0),),
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2

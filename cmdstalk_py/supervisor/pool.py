@@ -1,0 +1,271 @@
+"""One pool at run time: its workers on every server, tube discovery, limits and rates.
+
+A pool is one ``Config``. On each of its servers (``Config.servers``, or the one address)
+it runs either ``workers`` shared workers, each watching all the pool's tubes (the server
+then hands out the most urgent job across them), or, without ``workers``, ``per_tube``
+workers per tube, each watching its one tube (Go cmdstalk's meaning). Both are the same
+``Broker`` with another ``WatchPlan``. ``--all`` and globs take the tubes from a
+``Discovery`` per server; fixed tube lists need none. One ``Gate`` per pool holds its
+per-tube limits and rates; when some are set, a waker thread interrupts a worker blocked in
+reserve when a tube it could serve becomes servable and nobody waits on it.
+
+``stop()`` ends the pool's reserving (a reload removing or replacing it, or shutdown);
+running jobs go on, as on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from cmdstalk_py.client.connection import OutageReporter
+from cmdstalk_py.client.names import format_address
+from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.supervisor.config import Config, is_glob
+from cmdstalk_py.supervisor.discovery import Discovery, selector
+from cmdstalk_py.supervisor.gate import Gate
+from cmdstalk_py.supervisor.watchplan import WatchPlan
+
+log = logging.getLogger("cmdstalk.dispatcher")
+
+
+def dynamic(config: Config) -> bool:
+    """Whether the pool's tubes come from discovery (``--all`` or a glob)."""
+    return config.all_tubes or any(is_glob(t) for t in config.tubes)
+
+
+class Site:
+    """A pool's workers on one server (``index`` in the pool's server list)."""
+
+    def __init__(self, pool: Pool, index: int, host: str, port: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.host, self.port = host, port
+        self.address = format_address(host, port)
+        self._lock = threading.Lock()
+        self.tubes: list[str] = [] if dynamic(pool.config) else list(pool.config.tubes)
+        self.workers: list[tuple[Broker, threading.Thread]] = []
+        self.initial: list[Broker] = []
+        self.discovery: Discovery | None = None
+
+    def candidates(self) -> list[str]:
+        with self._lock:
+            return list(self.tubes)
+
+    def start(self) -> None:
+        config = self.pool.config
+        if config.workers is not None:
+            self.initial = [self._start_worker(i, None) for i in range(config.workers)]
+        else:
+            for tube in self.candidates():
+                self.initial.extend(self._start_tube(tube))
+        if dynamic(config):
+            self.discovery = Discovery(
+                self.host, self.port, where=f"{config.pool}:discovery@{self.address}",
+                select=selector(config.tubes, config.all_tubes), found=self.found,
+                gone=self.gone, watchers=self.watchers, interval=config.discover_interval,
+                stop=self.pool.stop_event, io_timeout=config.io_timeout,
+                max_wait=config.reconnect_max_wait, observer=self.pool.observer,
+                outage=self.pool.outage(self.address),
+            )  # fmt: skip
+            self.discovery.start()
+
+    def _start_worker(self, slot: int, tube: str | None) -> Broker:
+        pool, config = self.pool, self.pool.config
+        if tube is None:
+            plan = WatchPlan(self.candidates, pool.gate, self.index)
+            label, slot = config.pool, self.index * (config.workers or 0) + slot
+        else:
+            plan = WatchPlan((tube,), pool.gate, self.index)
+            label, slot = tube, self.index * config.per_tube + slot
+        broker = Broker(
+            config, label, slot, pool.observer, stop=pool.stop_event, kill=pool.kill,
+            kill_now=pool.kill_now, budget=pool.budget, outage=pool.outage(self.address),
+            plan=plan, address=(self.host, self.port),
+        )  # fmt: skip
+        thread = threading.Thread(target=broker.run, name=f"cmdstalk-{broker.where}", daemon=True)
+        with self._lock:
+            self.workers.append((broker, thread))
+        thread.start()
+        return broker
+
+    def _start_tube(self, tube: str) -> list[Broker]:
+        per_tube = self.pool.config.per_tube
+        started = [self._start_worker(slot, tube) for slot in range(per_tube)]
+        log.info("serving tube %s on %s with %d broker(s)", tube, self.address, per_tube)
+        return started
+
+    def found(self, names: Iterable[str]) -> None:
+        """Discovery saw new tubes: start their workers, or have the shared ones watch them."""
+        new = list(names)
+        with self.pool.gate.cond, self._lock:  # a worker's gate.wait reads them under it
+            self.tubes.extend(new)
+        first = self.discovery is not None and not self.discovery.listed.is_set()
+        if self.pool.config.workers is None:
+            for tube in new:
+                started = self._start_tube(tube)
+                if first:
+                    self.initial.extend(started)
+        else:
+            log.info("pool %s on %s: now serving %s", self.pool.name, self.address, ",".join(new))
+            self.rewatch_all()
+
+    def gone(self, tube: str) -> None:
+        """Discovery found ``tube`` abandoned: retire its workers, or stop watching it."""
+        with self.pool.gate.cond, self._lock:
+            if tube in self.tubes:
+                self.tubes.remove(tube)
+            retiring = [b for b, _ in self.workers if self.pool.config.workers is None
+                        and b.tube == tube and not b.retired]  # fmt: skip
+        log.info("tube %s on %s is gone: no longer served", tube, self.address)
+        for broker in retiring:
+            broker.retired = True
+            broker.interrupt()
+        if self.pool.config.workers is not None:
+            self.rewatch_all()
+        self.prune()
+
+    def watchers(self, tube: str) -> int:
+        """Our connections to this server that watch ``tube`` (they keep it alive)."""
+        return sum(
+            1 for b in self.brokers()
+            if b.connection.connected.is_set() and tube in b.connection.watching
+        )  # fmt: skip
+
+    def rewatch_all(self) -> None:
+        for broker in self.brokers():
+            broker.rewatch()
+
+    def brokers(self) -> list[Broker]:
+        """The workers, less those retired (which finish a job they may hold, then end)."""
+        with self._lock:
+            return [b for b, _ in self.workers if not b.retired]
+
+    def threads(self) -> list[threading.Thread]:
+        self.prune()
+        with self._lock:
+            threads = [t for _, t in self.workers]
+        if self.discovery is not None:
+            threads.append(self.discovery.thread)
+        return threads
+
+    def prune(self) -> None:
+        """Forget retired workers whose threads have ended."""
+        with self._lock:
+            self.workers = [(b, t) for b, t in self.workers if t.is_alive() or not b.retired]
+
+    def connected(self) -> bool:
+        """The first tube list is known and the initial workers are connected."""
+        if self.discovery is not None and not self.discovery.listed.is_set():
+            return False
+        return all(b.connection.connected.is_set() for b in self.initial)
+
+    def down(self) -> bool:
+        return self.pool.outage(self.address).down
+
+
+class Pool:
+    """The runtime of one ``Config``: sites (one per server), the gate and its waker."""
+
+    def __init__(
+        self,
+        config: Config,
+        observer: Observer,
+        *,
+        kill: threading.Event,
+        kill_now: threading.Event,
+        budget: JobBudget,
+        outage: Callable[[str], OutageReporter],
+        gate: Gate | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.pool
+        self.observer = observer
+        self.kill, self.kill_now, self.budget = kill, kill_now, budget
+        self.outage = outage
+        self.stop_event = threading.Event()
+        rates = {t: (r, b) for t, r, b in config.tube_rates}
+        if gate is None:
+            gate = Gate(dict(config.tube_limits), rates, time.monotonic())
+        else:
+            gate.reconfigure(dict(config.tube_limits), rates, time.monotonic())
+        self.gate = gate
+        gate.on_change = self._held
+        gate.on_count = self._count
+        self.sites = [Site(self, i, h, p) for i, (h, p) in enumerate(config.addresses)]
+        self._waker: threading.Thread | None = None
+
+    def start(self) -> None:
+        for site in self.sites:
+            site.start()
+        if self.gate.active:
+            self._waker = threading.Thread(
+                target=self._wake_loop, name=f"cmdstalk-{self.name}-waker", daemon=True
+            )
+            self._waker.start()
+
+    def stop(self) -> None:
+        """No new reservations: idle workers and discovery are cut short, jobs run on."""
+        self.stop_event.set()
+        for site in self.sites:
+            if site.discovery is not None:
+                site.discovery.abort()
+            for broker in site.brokers():
+                broker.interrupt()
+        self.gate.notify()
+
+    def brokers(self) -> list[Broker]:
+        return [b for site in self.sites for b in site.brokers()]
+
+    def tubes(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for site in self.sites:
+            seen.update(dict.fromkeys(site.candidates()))
+        return list(seen)
+
+    def threads(self) -> list[threading.Thread]:
+        threads = [t for site in self.sites for t in site.threads()]
+        if self._waker is not None:
+            threads.append(self._waker)
+        return threads
+
+    def ready(self) -> bool:
+        """Connected on every server; with several, a server that is down waits for none."""
+        up = [site for site in self.sites if site.connected()]
+        return len(up) == len(self.sites) or (
+            bool(up) and all(site in up or site.down() for site in self.sites)
+        )
+
+    def _wake_loop(self) -> None:
+        """Wake a worker blocked in reserve for a tube that became servable unwatched."""
+        gate = self.gate
+        with gate.cond:  # re-entrant: wakes() and rewatch() take it again
+            while not self.stop_event.is_set():
+                pairs, due = gate.wakes({s.index: s.candidates() for s in self.sites},
+                                        time.monotonic())  # fmt: skip
+                for server, tube in pairs:
+                    self._wake_one(self.sites[int(str(server))], tube)
+                gate.cond.wait(None if math.isinf(due) else max(due, 0.001))
+
+    def _wake_one(self, site: Site, tube: str) -> None:
+        for broker in site.brokers():
+            if tube in broker.plan.candidates() and tube not in broker.connection.watching:
+                broker.rewatch()
+                return
+
+    def _held(self, tube: str, reason: str | None) -> None:
+        running, _, _ = self.gate.state((tube,), time.monotonic())[tube]
+        if reason is None:
+            log.info("pool %s: tube %s servable again", self.name, tube)
+        else:
+            log.info("pool %s: tube %s held back by its %s (%d running)", self.name, tube,
+                     reason, running)  # fmt: skip
+        self.observer.tube_held(self.name, tube, reason)
+
+    def _count(self, tube: str, running: int) -> None:
+        self.observer.tube_running(self.name, tube, running, self.gate.limits.get(tube))

@@ -94,7 +94,13 @@ class Config:
         return self.servers or ((self.host, self.port),)
 
     def argv(self) -> list[str]:
-        """The argv a job runs: the shell words followed by the command (Go: bash -c CMD)."""
+        """The argv a job runs: the shell words followed by the command (Go: bash -c CMD).
+
+        With ``cwd``, GNU env changes directory first: ``posix_spawn`` (``process.spawn``)
+        has no working-directory action in Python, and the supervisor's threads share one.
+        """
+        if self.cwd is not None:
+            return ["/usr/bin/env", "-C", self.cwd, "--", *self.shell, self.cmd]
         return [*self.shell, self.cmd]
 
 

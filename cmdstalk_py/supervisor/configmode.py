@@ -39,34 +39,12 @@ def run(path: Path | None, check: bool, extras: Extras, supervisor: dict[str, An
         click.echo(f"{path}: {len(pools)} pool{'s' if len(pools) > 1 else ''}, valid")
         click.echo(describe(pools))
         return 0
-    return _run(path, pools, extras)
 
+    def reload() -> tuple[Config, ...]:
+        """SIGHUP: the file again, with the same supervisor-wide flags (raises when bad)."""
+        return tuple(dataclasses.replace(p, **supervisor) for p in poolfile.load_pools(path))
 
-def _run(path: Path, pools: tuple[Config, ...], extras: Extras) -> int:
-    """Today's runtime: one pool, and only what a flag could already say."""
-    # The pools runtime (#18 items 1, 2, 5) takes them all: call its entry point here.
-    if len(pools) > 1:
-        _refuse(f"{path}: {len(pools)} pools: this cmdstalk runs one pool per process")
-    unread = _not_yet_run(pools[0])
-    if unread:
-        _refuse(f"{path}: pools.{pools[0].pool}.{unread}: this cmdstalk cannot run it yet")
-    return run_supervisor(pools[0], extras)
-
-
-def _not_yet_run(pool: Config) -> str | None:
-    """The first key of ``pool`` today's runtime would silently ignore, if any."""
-    from cmdstalk_py.supervisor.poolfile import is_glob
-
-    unread = {
-        "workers": pool.workers is not None,
-        "limits": bool(pool.tube_limits),
-        "rates": bool(pool.tube_rates),
-        "address": bool(pool.servers),
-        "cwd": pool.cwd is not None,
-        "env": bool(pool.env),
-        "tubes": any(is_glob(t) for t in pool.tubes) and not pool.all_tubes,
-    }
-    return next((key for key, ignored in unread.items() if ignored), None)
+    return run_supervisor(pools, dataclasses.replace(extras, reload=reload))
 
 
 def _refuse(message: str) -> NoReturn:

@@ -15,7 +15,6 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -47,12 +46,13 @@ class Extras:
     log_level: str = "INFO"
     events: str | None = None
     metrics: str | None = None
-    config_file: str | None = None  # --config: SIGHUP reads the pools from it again
+    # --config: what SIGHUP reads the pools from again (None: no reload)
+    reload: Callable[[], Sequence[Config]] | None = None
 
 
 def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
     """Run the supervisor (one Config per pool) with logging, observers and (optionally)
-    the embedded server; with ``extras.config_file`` SIGHUP reloads the pools from it."""
+    the embedded server; with ``extras.reload`` SIGHUP reloads the pools."""
     pools = (configs,) if isinstance(configs, Config) else tuple(configs)
     config = pools[0]
     if extras.metrics is not None:
@@ -80,7 +80,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         # still running, so a restarted supervisor never runs a job beside its old run.
         start_sentinel(config.kill_grace)
         supervisor = Supervisor(
-            pools, observers, on_hup=on_hup, reload=pool_reader(extras.config_file),
+            pools, observers, on_hup=on_hup, reload=extras.reload,
             reap_orphans=reap,
         )  # fmt: skip
         if extras.metrics is not None:
@@ -107,20 +107,6 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             config.cmd,
         )
         return supervisor.run()
-
-
-def pool_reader(path: str | None) -> Callable[[], Sequence[Config]] | None:
-    """What SIGHUP reads the pools from: ``poolfile.load_pools(path)`` (None: no file)."""
-    if path is None:
-        return None
-    # Imported by name: the config-file module is its own piece (issue #18, item 3).
-    poolfile = importlib.import_module("cmdstalk_py.supervisor.poolfile")
-
-    def read() -> Sequence[Config]:
-        pools: Sequence[Config] = poolfile.load_pools(Path(path))
-        return pools
-
-    return read
 
 
 def require_extra(module: str, extra: str, option: str) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import greenstalk
 import pytest
 
 from tests.helpers import BeanstalkServer, wait_until
@@ -115,35 +118,73 @@ def test_check_without_config_and_no_cmd_are_usage_errors() -> None:
     assert proc.returncode == 2 and "Missing option '--cmd'" in error_lines(proc)[0]
 
 
-@pytest.mark.parametrize(
-    ("text", "mentions"),
-    [
-        ('[pools.a]\ncommand="c"\ntubes="a"\n[pools.b]\ncommand="c"\ntubes="b"\n', "2 pools"),
-        ('[pools.a]\ncommand="c"\nworkers=2\n', "pools.a.workers"),
-        ('[pools.a]\ncommand="c"\nlimits={default=1}\n', "pools.a.limits"),
-        ('[pools.a]\ncommand="c"\nrates={default="1/s"}\n', "pools.a.rates"),
-        ('[pools.a]\ncommand="c"\naddress=["h:1","h:2"]\n', "pools.a.address"),
-        ('[pools.a]\ncommand="c"\ncwd="/"\n', "pools.a.cwd"),
-        ('[pools.a]\ncommand="c"\nenv={A="1"}\n', "pools.a.env"),
-        ('[pools.a]\ncommand="c"\ntubes="a.*"\n', "pools.a.tubes"),
-    ],
-)
-def test_what_todays_runtime_would_ignore_is_refused_not_ignored(
-    pools_file: Path, text: str, mentions: str
+def test_pools_from_the_file_run_and_sighup_reloads_them(
+    beanstalk: BeanstalkServer, tmp_path: Path
 ) -> None:
-    # Until the pools runtime is merged: a pool is checked (--check passes) but not run
-    # without the keys it would need.
-    pools_file.write_text(text)
-    assert cmdstalk("--config", str(pools_file), "--check").returncode == 0
-    proc = cmdstalk("--config", str(pools_file))
-    assert proc.returncode == 2 and mentions in error_lines(proc)[0]
+    """Two pools (shared workers with a limit, cwd and env; per-tube), then SIGHUP: a bad
+    file is logged and the pools kept; a new file starts its pool and retires the old."""
+    server, out, work = beanstalk, tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    work.mkdir()
+    pools = tmp_path / "pools.toml"
+    pools.write_text(
+        f'address = "{server.address}"\nshell = ["/bin/sh", "-c"]\n'
+        '[pools.a]\ntubes = ["cfg.a"]\nworkers = 2\ncwd = "work"\nenv = { GREETING = "hi" }\n'
+        f'command = \'echo "$GREETING $(pwd)" > {out}/a-$CMDSTALK_JOB_ID\'\n'
+        '[pools.a.limits]\n"cfg.a" = 1\n'
+        f'[pools.b]\ntubes = ["cfg.b"]\ncommand = "cat > {out}/b-$CMDSTALK_JOB_ID"\n'
+    )
+    client = server.client()
+    a_ids = {put(client, "cfg.a", "x") for _ in range(3)}
+    b_id = put(client, "cfg.b", "b")
+    stderr = (tmp_path / "stderr").open("wb")
+    proc = start_cmdstalk("--config", str(pools), stderr=stderr, stdout=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(list(out.iterdir())) == 4, timeout=30)
+        for job_id in a_ids:
+            assert (out / f"a-{job_id}").read_text() == f"hi {work}\n"
+        assert (out / f"b-{b_id}").read_text() == "b"
+
+        pools.write_text('[pools.a]\nworkers = -1\n')  # bad: logged, the pools kept
+        proc.send_signal(signal.SIGHUP)
+        log = tmp_path / "stderr"
+        wait_until(lambda: b"reload failed, keeping the running pools" in log.read_bytes(), 15)
+        again = put(client, "cfg.b", "again")
+        wait_until(lambda: (out / f"b-{again}").exists(), timeout=15)
+
+        pools.write_text(
+            f'address = "{server.address}"\n'
+            f'[pools.c]\ntubes = ["cfg.c"]\ncommand = "cat > {out}/c-$CMDSTALK_JOB_ID"\n'
+        )
+        proc.send_signal(signal.SIGHUP)
+        c_id = put(client, "cfg.c", "c")
+        wait_until(lambda: (out / f"c-{c_id}").exists(), timeout=15)
+        # The removed pools stopped watching: nobody serves cfg.a or cfg.b any more.
+        wait_until(lambda: watching(client, "cfg.a") == watching(client, "cfg.b") == 0, 15)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        stderr.close()
+    assert proc.returncode == 0
+
+
+def put(client: greenstalk.Client[Any], tube: str, body: str) -> int:
+    client.use(tube)
+    return client.put(body)
+
+
+def watching(client: greenstalk.Client[Any], tube: str) -> int:
+    try:
+        return int(client.stats_tube(tube)["current-watching"])
+    except greenstalk.NotFoundError:
+        return 0  # the tube is gone: nobody watches it
 
 
 def test_one_pool_from_the_file_runs_its_jobs(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
     server = beanstalk
     out = tmp_path / "out"
     out.mkdir()
-    # (cwd and env reach the command with the pools runtime; here: address, tubes, shell.)
     (tmp_path / "pools.toml").write_text(
         f'address = "{server.address}"\n'
         "[pools.writer]\n"

@@ -96,7 +96,10 @@ def table(headers: list[str], rows: list[list[object]], flex: int = 0) -> list[s
     spare = width() - (sum(widths) + 2 * (len(widths) - 1))
     if spare < 0:
         widths[flex] = max(len(headers[flex]), widths[flex] + spare)
-    numeric = [all(_numeric(r[i]) for r in cells) and cells for i in range(len(headers))]
+    numeric = [
+        all(_numeric(r[i]) or r[i] == "-" for r in cells) and any(_numeric(r[i]) for r in cells)
+        for i in range(len(headers))
+    ]
     out = []
     for row in [headers, *cells]:
         parts = []
@@ -108,7 +111,7 @@ def table(headers: list[str], rows: list[list[object]], flex: int = 0) -> list[s
 
 
 def _numeric(cell: str) -> bool:
-    return cell.replace(".", "", 1).isdigit() or cell == "-"
+    return cell.replace(".", "", 1).isdigit()
 
 
 def echo_lines(lines: list[str]) -> None:

@@ -276,6 +276,22 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     metavar="HOST:PORT",
     help="Serve Prometheus metrics on HOST:PORT (:PORT listens on 127.0.0.1).",
 )
+@_option(
+    "--http",
+    env="HTTP",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the live dashboard, /api and /metrics on HOST:PORT (:PORT or PORT: "
+    "127.0.0.1).",
+)
+@_option(
+    "--http-token",
+    env="HTTP_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="Enable the dashboard's actions (kick, delete, pause, drain) for POSTs carrying "
+    "this token; prefer the environment variable to keep it out of ps.",
+)
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(
     address: tuple[str, int],
@@ -305,6 +321,8 @@ def command(
     log_level: str,
     events: str | None,
     metrics: str | None,
+    http: str | None,
+    http_token: str | None,
 ) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
@@ -344,6 +362,8 @@ def command(
         log_level=log_level.upper(),
         events=events,
         metrics=metrics,
+        http=http,
+        http_token=http_token,
     )
     sys.exit(run_supervisor(config, extras))
 

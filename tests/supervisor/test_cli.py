@@ -96,6 +96,8 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_LOG_LEVEL": "debug",
         "CMDSTALK_EVENTS": "-",
         "CMDSTALK_METRICS": "127.0.0.1:9100",
+        "CMDSTALK_HTTP": ":8080",
+        "CMDSTALK_HTTP_TOKEN": "secret",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -128,6 +130,8 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "log_level": "DEBUG",
         "events": "-",
         "metrics": "127.0.0.1:9100",
+        "http": ":8080",
+        "http_token": "secret",
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2

@@ -32,8 +32,14 @@ function when(epoch) {
   return epoch ? new Date(epoch * 1000).toLocaleTimeString() : "";
 }
 
+// Control characters (an ESC of a colour code, a CR) are shown as \xNN, as in the logs.
+function visible(text) {
+  return String(text).replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g,
+    (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+}
+
 function lines(list) {
-  return el("pre", (list || []).join("\n"));
+  return el("pre", (list || []).map(visible).join("\n"));
 }
 
 function elapsedCell(job) {

@@ -145,11 +145,12 @@ def fetch_running(url: str, timeout: float) -> list[dict[str, Any]]:
 @click.command()
 @click.option("--from", "urls", multiple=True, required=True, metavar="URL",
               help="A supervisor's dashboard (cmdstalk --http), e.g. http://host:8080; "
-                   "repeatable.")  # fmt: skip
+                   "repeatable or comma-separated.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
 @click.pass_obj
 def workers(target: Target, urls: tuple[str, ...], as_json: bool) -> None:
     """The jobs running now on one or more supervisors."""
+    urls = tuple(u.strip() for text in urls for u in text.split(",") if u.strip())
     found: dict[str, list[dict[str, Any]]] = {}
     errors = []
     for url in urls:

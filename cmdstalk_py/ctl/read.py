@@ -18,7 +18,7 @@ from cmdstalk_py.ctl.servers import (
     NotFoundError,
     NotFoundExit,
     Target,
-    each_server,
+    read_each,
     report_unreachable,
     tube_stats,
 )
@@ -32,13 +32,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 @pass_target
 def stats(target: Target, as_json: bool) -> None:
     """Server statistics: a column per server."""
-    found: dict[str, dict[str, Any]] = {}
-    errors = []
-    for address, client, error in each_server(target):
-        if client is None:
-            errors.append(str(error))
-        else:
-            found[address] = dict(client.stats())
+    found, errors = read_each(target, lambda client: dict(client.stats()))
     if as_json:
         echo_json(found)
     elif found:
@@ -56,13 +50,7 @@ def stats(target: Target, as_json: bool) -> None:
 @pass_target
 def tubes(target: Target, as_json: bool) -> None:
     """Every tube's jobs by state: a table per server."""
-    found: dict[str, dict[str, dict[str, Any]]] = {}
-    errors = []
-    for address, client, error in each_server(target):
-        if client is None:
-            errors.append(str(error))
-        else:
-            found[address] = tube_stats(client)
+    found, errors = read_each(target, tube_stats)
     if as_json:
         echo_json(found)
     else:
@@ -91,19 +79,16 @@ def _job_summary(client: Beanstalk, job_id: int) -> dict[str, Any]:
 @pass_target
 def peek(target: Target, state: str, tube: str, limit: int, as_json: bool) -> None:
     """The next job in STATE in TUBE, on each server (exit 1 when there is none)."""
-    found: dict[str, dict[str, Any]] = {}
-    errors = []
-    for address, client, error in each_server(target):
-        if client is None:
-            errors.append(str(error))
-            continue
+
+    def head(client: Beanstalk) -> dict[str, Any] | None:
         client.use(tube)
         try:
             job = getattr(client, f"peek_{state}")()
         except NotFoundError:
-            continue
-        found[address] = {"id": job.id, "stats": _job_summary(client, job.id)}
-        found[address]["body"] = job.body
+            return None
+        return {"id": job.id, "stats": _job_summary(client, job.id), "body": job.body}
+
+    found, errors = read_each(target, head)
     if as_json:
         echo_json({a: {**j, "body": body_json(j["body"])} for a, j in found.items()})
     for address, job in ({} if as_json else found).items():

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import greenstalk
 
 from cmdstalk_py.client.names import DEFAULT_PORT, format_address, parse_address
+
+T = TypeVar("T")
 
 EXIT_NOT_FOUND = 1
 EXIT_UNREACHABLE = 3
@@ -104,15 +106,23 @@ def _unreachable(address: str) -> Iterator[None]:
         raise Unreachable(f"{address}: connection failed: {e or type(e).__name__}") from None
 
 
-def each_server(target: Target) -> Iterator[tuple[str, Beanstalk | None, str | None]]:
-    """``(address, client, None)`` per reachable server, ``(address, None, error)`` for the
-    others: read commands show what they can and exit 3 at the end."""
+def read_each(
+    target: Target, read: Callable[[Beanstalk], T | None]
+) -> tuple[dict[str, T], list[str]]:
+    """``read`` on every server: its results by address (None ones left out), and the
+    failures, so that read commands show what they can and exit 3 at the end."""
+    found: dict[str, T] = {}
+    errors = []
     for address in target.addresses:
         try:
             with target.connect(address) as client:
-                yield address, client, None
+                value = read(client)
         except Unreachable as e:
-            yield address, None, e.message
+            errors.append(e.message)
+            continue
+        if value is not None:
+            found[address] = value
+    return found, errors
 
 
 def report_unreachable(errors: list[str]) -> None:

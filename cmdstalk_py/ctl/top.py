@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from cmdstalk_py.ctl.servers import Target, each_server, report_unreachable, tube_stats
+from cmdstalk_py.ctl.servers import Target, read_each, report_unreachable, tube_stats
 from cmdstalk_py.ctl.text import echo_json, echo_lines, safe, table
 
 COLUMNS = {
@@ -31,13 +31,10 @@ Sample = dict[tuple[str, str], dict[str, Any]]
 
 def sample(target: Target) -> tuple[Sample, list[str]]:
     """stats-tube of every tube of every server, keyed (address, tube); and the failures."""
+    per_server, errors = read_each(target, tube_stats)
     found: Sample = {}
-    errors = []
-    for address, client, error in each_server(target):
-        if client is None:
-            errors.append(f"{address}: {error}")
-            continue
-        for tube, stats in tube_stats(client).items():
+    for address, per_tube in per_server.items():
+        for tube, stats in per_tube.items():
             found[(address, tube)] = stats
     return found, errors
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 from pathlib import Path
 
 from tests.ctl.run import ctl, out
@@ -94,3 +97,36 @@ def test_stats_and_tubes_show_every_server(
     assert "only-bundled" not in tubes[real_beanstalkd.address]
     table = out(ctl(both, "tubes"))
     assert f"{real_beanstalkd.address}:" in table and "only-bundled" in table
+
+
+def test_a_server_that_hangs_up_or_goes_silent_is_exit_3() -> None:
+    """A peer that accepts then closes, or accepts and never answers: a one-line error and
+    exit 3, never a traceback and never a hang (``--timeout``)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    held: list[socket.socket] = []
+    silent = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                if silent.is_set():
+                    held.append(conn)  # never answered
+                else:
+                    conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        for command in (["stats"], ["tubes"], ["show", "1"], ["clear", "t", "-s", "ready", "-y"]):
+            result = ctl(address, *command)
+            assert result.returncode == 3, (command, result.stderr)
+            assert b"Traceback" not in result.stderr and result.stderr.count(b"\n") == 1
+        silent.set()
+        result = ctl(None, "--address", address, "--timeout", "0.5", "stats")
+        assert result.returncode == 3 and b"timed out" in result.stderr
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from tests.ctl.run import CTL, ctl, out
-from tests.helpers import BeanstalkServer, wait_until
+from tests.helpers import BeanstalkServer, free_port, wait_until
 
 
 def _record(job_id: int, tube: str, outcome: str, stderr: str = "", **more: object) -> bytes:
@@ -99,3 +99,10 @@ def test_tail_follows_filters_and_survives_rotation(tmp_path: Path) -> None:
                    "mail", "--outcome", "deleted", "--json")  # fmt: skip
     assert [json.loads(line)["job_id"] for line in out(filtered).splitlines()] == [1, 3]
     assert ctl(None, "tail", str(tmp_path / "nothing"), "--no-follow").returncode == 1
+
+
+def test_workers_from_a_dashboard_that_does_not_answer() -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    result = ctl(None, "workers", "--from", down)
+    assert result.returncode == 3 and down.encode() in result.stderr
+    assert out(result).startswith("POOL")  # the (empty) table of those that answered

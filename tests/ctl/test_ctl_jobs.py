@@ -95,8 +95,10 @@ def test_stats_and_tubes_show_every_server(
     tubes = json.loads(out(ctl(both, "tubes", "--json")))
     assert "only-bundled" in tubes[bundled_server.address]
     assert "only-bundled" not in tubes[real_beanstalkd.address]
+    real_beanstalkd.client(use="t" * 200).put(b"x")  # the longest name still fits
     table = out(ctl(both, "tubes"))
     assert f"{real_beanstalkd.address}:" in table and "only-bundled" in table
+    assert all(len(line) <= 80 for line in table.splitlines()) and "ttt~" in table
 
 
 def test_a_server_that_hangs_up_or_goes_silent_is_exit_3() -> None:

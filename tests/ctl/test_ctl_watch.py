@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import subprocess
 import threading
 from pathlib import Path
@@ -11,6 +13,8 @@ from typing import IO
 
 from tests.ctl.run import CTL, ctl, out
 from tests.helpers import BeanstalkServer, free_port, wait_until
+
+CLEAR = b"\x1b[H\x1b[2J"
 
 
 def _record(job_id: int, tube: str, outcome: str, stderr: str = "", **more: object) -> bytes:
@@ -106,3 +110,30 @@ def test_workers_from_a_dashboard_that_does_not_answer() -> None:
     result = ctl(None, "workers", "--from", down)
     assert result.returncode == 3 and down.encode() in result.stderr
     assert out(result).startswith("POOL")  # the (empty) table of those that answered
+
+
+def test_top_refreshes_in_place_on_a_terminal(beanstalk: BeanstalkServer) -> None:
+    long_name = "t" * 200  # the longest tube name: the table still fits 80 columns
+    beanstalk.client(use=long_name).put(b"x")
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [CTL, "--address", beanstalk.address, "top", "--iterations", "2", "--interval",
+             "0.2"], stdout=follower, stderr=subprocess.PIPE, env={**os.environ,
+             "COLUMNS": "80", "LINES": "24"},
+        )  # fmt: skip
+        os.close(follower)
+        follower = -1
+        screen = b""
+        with contextlib.suppress(OSError):  # EIO once the command exits and closes its end
+            while chunk := os.read(leader, 65536):
+                screen += chunk
+        assert proc.wait(timeout=30) == 0
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    frames = screen.split(CLEAR)
+    assert len(frames) == 3 and frames[0] == b""  # each frame starts on a cleared screen
+    lines = frames[2].decode().replace("\r\n", "\n").splitlines()
+    assert all(len(line) <= 80 for line in lines) and any(line.startswith("ttt") for line in lines)

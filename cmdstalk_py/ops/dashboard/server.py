@@ -177,6 +177,7 @@ def host_name(header: str) -> str:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "cmdstalk-dashboard"
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a connection may sit silent: an idle keep-alive frees its thread
 
     @property
     def dashboard(self) -> Dashboard:

@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.ctl.run import ctl, out
 from tests.dashboard.supervised import CMDSTALK, TOKEN, base_env, get, post, supervised
-from tests.helpers import BeanstalkServer, wait_until
+from tests.helpers import BeanstalkServer, beanstalkd_path, start_server_process, wait_until
 
 
 def test_running_jobs_failures_and_actions(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
@@ -113,3 +115,25 @@ def test_a_supervisor_without_http_never_loads_the_dashboard() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=60, check=True)  # fmt: skip
     assert result.stdout.strip() == "[]"
+
+
+def test_a_server_outage_shows_on_the_page(tmp_path: Path) -> None:
+    binary = beanstalkd_path()
+    if binary is None:
+        pytest.skip("no beanstalkd")
+    process = start_server_process(lambda p: [binary, "-l", "127.0.0.1", "-p", str(p)])
+    server = BeanstalkServer("beanstalkd", "127.0.0.1", process.port)
+    try:
+        with supervised(server, tmp_path) as sup:
+            assert get(sup.url + "api/tubes")[1]["up"] is True
+            process.stop()
+
+            def down() -> bool:
+                state = sup.state()
+                brokers = [c for c in state["connections"] if c["where"] != "dashboard"]
+                return state["queue"]["up"] is False and not any(c["connected"] for c in brokers)
+
+            wait_until(down, timeout=30, message="the outage on the dashboard")
+            assert sup.state()["queue"]["error"]  # the reason, shown beside the queue table
+    finally:
+        process.stop()

@@ -4,6 +4,9 @@ Modules, from the command line inwards:
 
 - ``cli``: the ``cmdstalk`` command line (click), every option also from ``CMDSTALK_*``;
   ``goflags`` rewrites Go cmdstalk's spellings (``-all -per-tube=6``) before click parses.
+- ``configmode``: ``--config FILE [--check]``: refuse pool flags beside it, print or run.
+- ``poolfile``: the TOML config file → one ``Config`` per pool, each key checked by its
+  flag's own type; one error line naming the file and the key.
 - ``config``: ``Config``, the one frozen value every part takes, its defaults and parsers.
 - ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
 - ``wiring``: ``run_supervisor``: logging, observers, ``--embedded``, then the lifecycle.

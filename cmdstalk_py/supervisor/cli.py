@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from cmdstalk_py import __version__
-from cmdstalk_py.supervisor import goflags, numbers
+from cmdstalk_py.supervisor import configmode, goflags, numbers
 from cmdstalk_py.supervisor.config import (
     DEFAULT_ADDRESS,
     DEFAULT_SHELL,
@@ -43,6 +44,15 @@ def _parsed(parse: Callable[[Any], T]) -> Callable[[click.Context, click.Paramet
             raise click.BadParameter(str(e)) from None
 
     return callback
+
+
+def _cmd_unless_config(ctx: click.Context, param: click.Parameter, value: Any) -> str | None:
+    """``--cmd`` is required, unless ``--config`` (processed first: eager) gives the pools."""
+    if value is None:
+        if ctx.params.get("config_file") is None:
+            raise click.MissingParameter(ctx=ctx, param=param)
+        return None
+    return _parsed(validate_cmd)(ctx, param, value)
 
 
 def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -74,8 +84,8 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     "--cmd",
     env="CMD",
     metavar="CMD",
-    required=True,
-    callback=_parsed(validate_cmd),
+    default=None,
+    callback=_cmd_unless_config,
     help="Command run for each job, with the payload on its stdin.",
 )
 @_option(
@@ -281,7 +291,7 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     env="HTTP",
     default=None,
     metavar="HOST:PORT",
-    help="Serve the live dashboard, /api and /metrics on HOST:PORT (:PORT or PORT: "
+    help="Serve the live dashboard, /api and /metrics on HOST:PORT (:PORT listens on "
     "127.0.0.1).",
 )
 @_option(
@@ -291,6 +301,22 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     metavar="TOKEN",
     help="Enable the dashboard's actions (kick, delete, pause, drain) for POSTs carrying "
     "this token; prefer the environment variable to keep it out of ps.",
+)
+@_option(
+    "--config",
+    "config_file",
+    env="CONFIG",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    is_eager=True,  # before --cmd, which it makes optional
+    help="Run the pools of a TOML file; pool options then go in the file, not in flags.",
+)
+@_option(
+    "--check/--no-check",
+    env="CHECK",
+    default=False,
+    help="With --config: validate the file, print the resolved pools and exit.",
 )
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(
@@ -323,6 +349,8 @@ def command(
     metrics: str | None,
     http: str | None,
     http_token: str | None,
+    config_file: Path | None,
+    check: bool,
 ) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
@@ -331,6 +359,26 @@ def command(
         raise click.BadParameter(
             "only the --embedded server has a binlog; give --embedded too", param_hint="--binlog"
         )
+    extras = Extras(
+        embedded=embedded,
+        embedded_max_job_size=embedded_max_job_size,
+        binlog=binlog,
+        binlog_fsync_ms=binlog_fsync,
+        binlog_no_fsync=binlog_no_fsync,
+        binlog_size=binlog_size,
+        log_format=log_format,
+        log_level=log_level.upper(),
+        events=events,
+        metrics=metrics,
+        http=http,
+        http_token=http_token,
+    )
+    if config_file is not None or check:
+        supervisor = {"max_jobs": max_jobs, "shutdown_timeout": shutdown_timeout,
+                      "batch_scheduling": batch_scheduling}
+        sys.exit(configmode.run(config_file, check, extras, supervisor))
+    if cmd is None:  # _cmd_unless_config already said so; this tells the type checker
+        raise click.MissingParameter(param_hint="'--cmd'", param_type="option")
     config = Config(
         cmd=cmd,
         host=address[0],
@@ -350,20 +398,6 @@ def command(
         max_jobs=max_jobs,
         shutdown_timeout=shutdown_timeout,
         batch_scheduling=batch_scheduling,
-    )
-    extras = Extras(
-        embedded=embedded,
-        embedded_max_job_size=embedded_max_job_size,
-        binlog=binlog,
-        binlog_fsync_ms=binlog_fsync,
-        binlog_no_fsync=binlog_no_fsync,
-        binlog_size=binlog_size,
-        log_format=log_format,
-        log_level=log_level.upper(),
-        events=events,
-        metrics=metrics,
-        http=http,
-        http_token=http_token,
     )
     sys.exit(run_supervisor(config, extras))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -98,6 +99,8 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_METRICS": "127.0.0.1:9100",
         "CMDSTALK_HTTP": ":8080",
         "CMDSTALK_HTTP_TOKEN": "secret",
+        "CMDSTALK_CONFIG": "/etc/cmdstalk/pools.toml",
+        "CMDSTALK_CHECK": "true",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -132,6 +135,8 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "metrics": "127.0.0.1:9100",
         "http": ":8080",
         "http_token": "secret",
+        "config_file": Path("/etc/cmdstalk/pools.toml"),
+        "check": True,
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2

@@ -1,0 +1,163 @@
+"""``cmdstalk --config FILE [--check]`` through the real command (issue #18, item 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BeanstalkServer, wait_until
+from tests.supervisor.conftest import cmdstalk_env, start_cmdstalk
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cmdstalk(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cmdstalk_py", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cmdstalk_env(**env),
+    )
+
+
+def error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    assert "Traceback" not in proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+
+
+@pytest.fixture
+def pools_file(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "pools.toml"
+    yield path
+
+
+def test_check_accepts_the_example_and_prints_every_pool() -> None:
+    proc = cmdstalk("--config", str(REPO / "examples" / "pools.toml"), "--check")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "3 pools, valid" in out
+    assert "[pools.quick]" in out and "[pools.background]" in out and "[pools.reports]" in out
+    assert "slow.sh, flaky.py" in out and "3 shared by all tubes" in out
+    assert "slow.sh=1" in out and "flaky.py=2/s burst 4" in out
+    assert "report.*" in out and "2 per tube" in out
+    assert "APP_ENV=example, REPORT_FORMAT=json" in out
+
+
+def test_check_in_go_spelling_and_from_the_environment() -> None:
+    example = str(REPO / "examples" / "pools.toml")
+    assert cmdstalk(f"-config={example}", "-check").returncode == 0
+    proc = cmdstalk(CMDSTALK_CONFIG=example, CMDSTALK_CHECK="1")
+    assert proc.returncode == 0 and "[pools.quick]" in proc.stdout
+
+
+def test_check_shows_supervisor_wide_flags_are_not_pool_keys(pools_file: Path) -> None:
+    pools_file.write_text('[pools.one]\ncommand = "cat"\ntubes = ["a"]\n')
+    proc = cmdstalk("--config", str(pools_file), "--check", "--max-jobs", "5", "--log-level",
+                    "debug")
+    assert proc.returncode == 0, proc.stderr
+    assert "max_jobs" not in proc.stdout and "1 pool, valid" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        ("[pools.x]\ncommand = 'c'\nworkers =\n", "line 3"),
+        ("[pools.x]\ncommand = 'c'\nmax_relases = 3\n", "pools.x.max_relases: unknown key"),
+        ("[pools.x]\ncommand = 'c'\nworkers = -2\n", "pools.x.workers: -2 is not in the range"),
+        ("[pools.x]\ncommand = 'c'\ntubes = ['b@d']\n", "pools.x.tubes: invalid tube name"),
+    ],
+)
+def test_a_bad_file_is_one_error_line_and_exit_2(
+    pools_file: Path, text: str, mentions: str
+) -> None:
+    pools_file.write_text(text)
+    for args in (["--check"], []):  # the same whether checking or starting
+        proc = cmdstalk("--config", str(pools_file), *args)
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1
+        (line,) = error_lines(proc)
+        assert line.startswith(f"Error: {pools_file}: ") and mentions in line
+
+
+def test_a_missing_file_exits_2(tmp_path: Path) -> None:
+    proc = cmdstalk("--config", str(tmp_path / "absent.toml"), "--check")
+    assert proc.returncode == 2 and "absent.toml" in error_lines(proc)[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "mentions"),
+    [
+        (["--per-tube", "2"], {}, "--per-tube"),
+        (["-tubes=a"], {}, "--tubes"),
+        (["--cmd", "cat"], {}, "--cmd"),
+        ([], {"CMDSTALK_ADDRESS": "127.0.0.1:1"}, "--address"),
+    ],
+)
+def test_pool_flags_beside_config_are_refused(
+    pools_file: Path, args: list[str], env: dict[str, str], mentions: str
+) -> None:
+    pools_file.write_text('[pools.one]\ncommand = "cat"\n')
+    proc = cmdstalk("--config", str(pools_file), "--check", *args, **env)
+    assert proc.returncode == 2
+    (line,) = error_lines(proc)
+    assert mentions in line and "pool option" in line
+
+
+def test_check_without_config_and_no_cmd_are_usage_errors() -> None:
+    proc = cmdstalk("--check", "--cmd", "cat")
+    assert proc.returncode == 2 and "--check needs --config" in error_lines(proc)[0]
+    proc = cmdstalk()
+    assert proc.returncode == 2 and "Missing option '--cmd'" in error_lines(proc)[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        ('[pools.a]\ncommand="c"\ntubes="a"\n[pools.b]\ncommand="c"\ntubes="b"\n', "2 pools"),
+        ('[pools.a]\ncommand="c"\nworkers=2\n', "pools.a.workers"),
+        ('[pools.a]\ncommand="c"\nlimits={default=1}\n', "pools.a.limits"),
+        ('[pools.a]\ncommand="c"\nrates={default="1/s"}\n', "pools.a.rates"),
+        ('[pools.a]\ncommand="c"\naddress=["h:1","h:2"]\n', "pools.a.address"),
+        ('[pools.a]\ncommand="c"\ncwd="/"\n', "pools.a.cwd"),
+        ('[pools.a]\ncommand="c"\nenv={A="1"}\n', "pools.a.env"),
+        ('[pools.a]\ncommand="c"\ntubes="a.*"\n', "pools.a.tubes"),
+    ],
+)
+def test_what_todays_runtime_would_ignore_is_refused_not_ignored(
+    pools_file: Path, text: str, mentions: str
+) -> None:
+    # Until the pools runtime is merged: a pool is checked (--check passes) but not run
+    # without the keys it would need.
+    pools_file.write_text(text)
+    assert cmdstalk("--config", str(pools_file), "--check").returncode == 0
+    proc = cmdstalk("--config", str(pools_file))
+    assert proc.returncode == 2 and mentions in error_lines(proc)[0]
+
+
+def test_one_pool_from_the_file_runs_its_jobs(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
+    server = beanstalk
+    out = tmp_path / "out"
+    out.mkdir()
+    # (cwd and env reach the command with the pools runtime; here: address, tubes, shell.)
+    (tmp_path / "pools.toml").write_text(
+        f'address = "{server.address}"\n'
+        "[pools.writer]\n"
+        'tubes = ["poolfile"]\n'
+        f'command = "cat > {out}/$CMDSTALK_JOB_ID"\n'
+        'shell = ["/bin/sh", "-c"]\n'
+    )
+    client = server.client(use="poolfile")
+    ids = {client.put(f"job {i}") for i in range(3)}
+    proc = start_cmdstalk("--config", str(tmp_path / "pools.toml"))
+    try:
+        wait_until(lambda: {int(p.name) for p in out.iterdir()} == ids, timeout=30)
+        wait_until(lambda: all(p.read_text().startswith("job") for p in out.iterdir()), timeout=10)
+        assert sorted(p.read_text() for p in out.iterdir()) == ["job 0", "job 1", "job 2"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -17,7 +17,7 @@ def result(job_id: int, outcome: Outcome, ended_at: float, stderr: str = "") -> 
 
 def test_a_late_report_does_not_hide_the_next_running_job() -> None:
     now = [100.0]
-    board = Board(clock=lambda: now[0])
+    board = Board("mail", clock=lambda: now[0])
     hooks = Observers([board])
     hooks.job_started("work", 0, 1, 4242, 60, 99.0)
     hooks.job_output("work", 0, 1, "stdout", b"\x1b[31mone\xff\n")
@@ -28,8 +28,8 @@ def test_a_late_report_does_not_hide_the_next_running_job() -> None:
     hooks.job_finished(result(1, Outcome.DELETED, 100.0))
     now[0] = 102.5
     running = board.running()
-    assert [(j["job_id"], j["pid"], j["elapsed"], j["output"]) for j in running] == [
-        (2, 4243, 2.5, [])
+    assert [(j["pool"], j["job_id"], j["pid"], j["elapsed"], j["output"]) for j in running] == [
+        ("mail", 2, 4243, 2.5, [])
     ]
     for n in range(LINES + 5):
         hooks.job_output("work", 0, 2, "stderr", b"line %d" % n)

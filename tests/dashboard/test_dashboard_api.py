@@ -21,7 +21,8 @@ def test_running_jobs_failures_and_actions(beanstalk: BeanstalkServer, tmp_path:
         slow = producer.put(b"slow", ttr=120)
         job = wait_until(lambda: [j for j in sup.running() if j["job_id"] == slow], timeout=30,
                          message="the running job")[0]  # fmt: skip
-        assert (job["tube"], job["ttr"]) == ("work", 120) and job["pid"] > 0
+        assert (job["pool"], job["tube"], job["ttr"]) == ("default", "work", 120)
+        assert job["pid"] > 0
         wait_until(lambda: sup.running()[0]["elapsed"] > job["elapsed"] + 0.5, timeout=30,
                    message="elapsed time advancing")  # fmt: skip
         assert any(line.startswith("tick") for line in sup.running()[0]["output"])

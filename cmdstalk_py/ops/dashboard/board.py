@@ -27,6 +27,7 @@ TAIL_LINES = 20  # stderr tail lines of a finished job
 class Running:
     """One running job."""
 
+    pool: str | None
     tube: str
     slot: int
     job_id: int
@@ -37,7 +38,7 @@ class Running:
 
     def as_json(self, now: float) -> dict[str, Any]:
         return {
-            "pool": None,
+            "pool": self.pool,
             "tube": self.tube,
             "slot": self.slot,
             "job_id": self.job_id,
@@ -70,9 +71,14 @@ def finished_json(r: JobResult) -> dict[str, Any]:
 
 
 class Board(Observer):
-    """Running and finished jobs, and the supervisor's state, for the dashboard."""
+    """Running and finished jobs, and the supervisor's state, for the dashboard.
 
-    def __init__(self, clock: Any = time.time) -> None:
+    ``pool``: the name of the pool this supervisor runs (one per process today; a hook
+    that carries the pool replaces it when one process runs several).
+    """
+
+    def __init__(self, pool: str | None = None, clock: Any = time.time) -> None:
+        self.pool = pool
         self._clock = clock
         self._lock = threading.Lock()
         self._running: dict[tuple[str, int], Running] = {}
@@ -86,7 +92,9 @@ class Board(Observer):
         self, tube: str, slot: int, job_id: int, pid: int, ttr: int, started_at: float
     ) -> None:
         with self._lock:
-            self._running[(tube, slot)] = Running(tube, slot, job_id, pid, ttr, started_at)
+            self._running[(tube, slot)] = Running(
+                self.pool, tube, slot, job_id, pid, ttr, started_at
+            )
 
     def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
         text = line[: LINE_CHARS * 4].decode("utf-8", "replace").rstrip("\r\n")[:LINE_CHARS]

@@ -2,8 +2,9 @@
 
 Modules:
 
-- ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads) and
-  ``Observers``, the fan-out to every sink below.
+- ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads:
+  results, job starts with their pid, output lines, …) and ``Observers``, the fan-out to
+  every sink below.
 - ``logsetup``: stderr logging, text (``[tube:slot] job N …``) or JSON lines.
 - ``logsink``: ``SinkHandler``, the handler that never blocks a broker: a bounded queue,
   one writer thread, lines dropped, counted and reported when the sink stalls.
@@ -12,6 +13,9 @@ Modules:
   follows logrotate (the event log's file).
 - ``sinkqueue``: ``SinkQueue``, a bounded queue drained by one writer thread: how every
   sink above is written without a broker waiting for it.
-- ``metrics``: Prometheus metrics (prometheus-client, imported only with ``--metrics``).
+- ``metrics``: Prometheus metrics (prometheus-client, imported only with ``--metrics``, or
+  with ``--http`` when it is installed).
+- ``dashboard/``: the live dashboard of ``--http`` (stdlib ``http.server``, imported only
+  with ``--http``): running and finished jobs, queues, connections, ``/api``, actions.
 - ``systemd``: ``SystemdNotifier``, the notify protocol (READY, STOPPING, WATCHDOG, STATUS).
 """

@@ -157,12 +157,18 @@ class QueueStatsPoller:
 
 
 class MetricsExporter(Observer):
-    """The Observer ``start_metrics`` returns; ``address`` is where it actually listens."""
+    """The Observer ``start_metrics`` returns; ``address`` is where it actually listens.
 
-    def __init__(self, listen: str, address: str, tubes: Callable[[], list[str]], interval: float):
+    With ``listen`` None it serves nothing itself: ``render()`` gives the page to another
+    server (the dashboard's ``/metrics``). With ``interval`` 0 no thread polls the queue
+    gauges: each ``render()`` refreshes them, so nobody scraping costs the server nothing.
+    """
+
+    def __init__(
+        self, listen: str | None, address: str, tubes: Callable[[], list[str]], interval: float
+    ):
         import prometheus_client as prom
 
-        host, port = parse_hostport(listen)
         self.registry = r = prom.CollectorRegistry(auto_describe=True)
         tube, state = ["tube"], ["tube", "state"]
         self.jobs_finished = prom.Counter(
@@ -225,10 +231,17 @@ class MetricsExporter(Observer):
         self._lock = threading.Lock()
         self._busy: dict[tuple[str, int], bool] = {}
         self._poller = QueueStatsPoller(address, tubes, interval, tube_jobs, urgent, waiting, up)
-        self._server, self._server_thread = prom.start_http_server(port, addr=host, registry=r)
-        bound = self._server.server_address
-        self.address: tuple[str, int] = (str(bound[0]), int(bound[1]))
-        self._poller.start()
+        self._server: Any = None
+        self.address: tuple[str, int] = ("", 0)
+        if listen is not None:
+            host, port = parse_hostport(listen)
+            self._server, self._server_thread = prom.start_http_server(port, addr=host, registry=r)
+            bound = self._server.server_address
+            self.address = (str(bound[0]), int(bound[1]))
+        self._on_demand = interval <= 0
+        self._render_lock = threading.Lock()
+        if not self._on_demand:
+            self._poller.start()
 
     @property
     def port(self) -> int:
@@ -238,6 +251,15 @@ class MetricsExporter(Observer):
     def refresh_queue_stats(self) -> bool:
         """Refresh the queue-side gauges now (the background thread also does, every interval)."""
         return self._poller.refresh()
+
+    def render(self) -> tuple[bytes, str]:
+        """The metrics page and its content type."""
+        import prometheus_client as prom
+
+        if self._on_demand:
+            with self._render_lock:  # one stats connection, one refresh at a time
+                self._poller.refresh()
+        return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST
 
     def job_finished(self, result: JobResult) -> None:
         self.jobs_finished.labels(tube=result.tube, outcome=result.outcome.value).inc()
@@ -277,9 +299,10 @@ class MetricsExporter(Observer):
     def close(self) -> None:
         """Stop the HTTP server and the queue-stats thread."""
         self._poller.close()
-        self._server.shutdown()
-        self._server.server_close()
-        self._server_thread.join(timeout=5)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server_thread.join(timeout=5)
 
 
 def start_metrics(

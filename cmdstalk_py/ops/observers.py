@@ -21,6 +21,17 @@ class Observer:
     def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
         """A broker started (busy=True) or stopped (busy=False) running a job."""
 
+    def job_started(
+        self, tube: str, slot: int, job_id: int, pid: int, ttr: int, started_at: float
+    ) -> None:
+        """A job's command is running as process ``pid`` (``started_at``: epoch seconds of
+        the reservation). It ends with ``broker_busy(tube, slot, False)``."""
+
+    def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
+        """A line (without its newline) the running job wrote on ``stream`` ("stdout" or
+        "stderr"). Brokers split output into lines only for an observer that
+        ``listens("job_output")``."""
+
     def reserve_waited(self, tube: str, seconds: float) -> None:
         """Time a broker spent in reserve before it got a job."""
 
@@ -49,10 +60,16 @@ class Observer:
     def close(self) -> None:
         """The supervisor has stopped; flush and release resources."""
 
+    def listens(self, hook: str) -> bool:
+        """This observer implements ``hook`` (so a caller may skip costly work otherwise)."""
+        return getattr(type(self), hook, None) is not getattr(Observer, hook)
+
 
 # Every hook, as Observers fans them out.
 _HOOKS = tuple(
-    name for name, value in vars(Observer).items() if callable(value) and not name.startswith("_")
+    name
+    for name, value in vars(Observer).items()
+    if callable(value) and not name.startswith("_") and name != "listens"
 )
 
 
@@ -60,7 +77,7 @@ class Observers(Observer):
     """Fans every call out to several observers; one failing never stops the others.
 
     A hook calls only the observers that implement it (resolved when they are added):
-    brokers call three hooks per job, and most observers implement one or two.
+    brokers call several hooks per job, and most observers implement one or two.
     """
 
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
@@ -101,6 +118,19 @@ class Observers(Observer):
     def reserve_waited(self, tube: str, seconds: float) -> None:
         if self._hooks["reserve_waited"]:
             self._each("reserve_waited", tube, seconds)
+
+    def job_started(
+        self, tube: str, slot: int, job_id: int, pid: int, ttr: int, started_at: float
+    ) -> None:
+        if self._hooks["job_started"]:
+            self._each("job_started", tube, slot, job_id, pid, ttr, started_at)
+
+    def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
+        if self._hooks["job_output"]:
+            self._each("job_output", tube, slot, job_id, stream, line)
+
+    def listens(self, hook: str) -> bool:
+        return bool(self._hooks[hook])
 
     def reconnected(self, where: str, address: str) -> None:
         self._each("reconnected", where, address)

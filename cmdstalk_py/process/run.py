@@ -49,6 +49,7 @@ def run_command(
     stop_now: threading.Event | None = None,
     on_kill: Callable[[str], None] | None = None,
     on_started: Callable[[], None] | None = None,
+    on_spawned: Callable[[int], None] | None = None,
     reap_group: bool = True,
     marker: bool = False,
     max_line_bytes: int = 65536,
@@ -73,6 +74,7 @@ def run_command(
     fd 3, named in ``CMDSTALK_CONTROL_FD``; each request line goes to ``on_control``.
     ``on_started`` is called once the command runs and a payload that fits the pipe buffer
     is written: work the caller can do while waiting for it (a broker reports the last job).
+    ``on_spawned`` is told the command's pid as soon as it exists (the dashboard shows it).
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
 
@@ -105,6 +107,8 @@ def run_command(
             describe_spawn_error(exc, argv), time.monotonic() - started
         )
     tell_sentinel(f"={token} {child.pid}")
+    if on_spawned is not None:
+        on_spawned(child.pid)
     run = _Run(
         child,
         token if marker else None,

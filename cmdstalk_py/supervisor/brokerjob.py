@@ -183,6 +183,9 @@ class JobRunner:
                 stop_now=self._kill_now,
                 on_kill=self._joblog.kill_reporter(job.id),
                 on_started=self._report_pending,
+                on_spawned=lambda pid: self._observer.job_started(
+                    stats["tube"], self.slot, job.id, pid, stats["ttr"], time.time()
+                ),
                 # CMDSTALK_RUN: kills reach processes that left the group and the tree.
                 marker=True,
                 on_control=run.on_control,

@@ -328,6 +328,22 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     "(default: one second's worth); repeatable.",
 )
 @_option(
+    "--http",
+    env="HTTP",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the live dashboard, /api and /metrics on HOST:PORT (:PORT listens on "
+    "127.0.0.1).",
+)
+@_option(
+    "--http-token",
+    env="HTTP_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="Enable the dashboard's actions (kick, delete, pause, drain) for POSTs carrying "
+    "this token; prefer the environment variable to keep it out of ps.",
+)
+@_option(
     "--config",
     "config_file",
     env="CONFIG",
@@ -373,6 +389,8 @@ def command(
     log_level: str,
     events: str | None,
     metrics: str | None,
+    http: str | None,
+    http_token: str | None,
     config_file: Path | None,
     check: bool,
     on_exit: tuple[tuple[int, str], ...],
@@ -409,6 +427,8 @@ def command(
         log_level=log_level.upper(),
         events=events,
         metrics=metrics,
+        http=http,
+        http_token=http_token,
     )
     if config_file is not None or check:
         supervisor = {"max_jobs": max_jobs, "shutdown_timeout": shutdown_timeout,

@@ -28,6 +28,7 @@ class JobLog:
 
     def __init__(self, tube: str, slot: int, observer: Observer) -> None:
         self.tube = tube
+        self.slot = slot
         self._extra: dict[str, object] = {"tube": tube, "slot": slot}
         self._observer = observer
 
@@ -65,17 +66,23 @@ class JobLog:
         log.log(level, msg, extra={**self.extra(r.job_id, outcome), "tube": r.tube})
 
     def line_logger(self, job_id: int, stream: str) -> Callable[[bytes], None] | None:
-        """A callback logging each output line; None when output is not logged at all
-        (then the runner need not split lines)."""
-        if not output_log.isEnabledFor(logging.INFO):
+        """A callback logging each output line (and telling an observer that listens for
+        lines); None when nobody wants them (then the runner need not split lines)."""
+        logged = output_log.isEnabledFor(logging.INFO)
+        observed = self._observer.listens("job_output")
+        if not logged and not observed:
             return None
         extra = self.extra(job_id, stream)
         prefix = stream + ": "
+        tube, slot, observer = self.tube, self.slot, self._observer
 
         def on_line(line: bytes) -> None:
-            text = line.decode("utf-8", "replace").rstrip("\r\n")
-            # A finished message and no arguments: logging leaves a ``%`` in output alone.
-            output_log.info(prefix + text, extra=extra)
+            if logged:
+                text = line.decode("utf-8", "replace").rstrip("\r\n")
+                # A finished message and no arguments: logging leaves a ``%`` in output alone.
+                output_log.info(prefix + text, extra=extra)
+            if observed:
+                observer.job_output(tube, slot, job_id, stream, line)
 
         return on_line
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,8 @@ class Extras:
     metrics: str | None = None
     # --config: what SIGHUP reads the pools from again (None: no reload)
     reload: Callable[[], Sequence[Config]] | None = None
+    http: str | None = None  # the dashboard's HOST:PORT
+    http_token: str | None = None
 
 
 def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
@@ -83,15 +86,18 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             pools, observers, on_hup=on_hup, reload=extras.reload,
             reap_orphans=reap,
         )  # fmt: skip
+        exporter = None
         if extras.metrics is not None:
             from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client
 
             try:
-                observers.add(
-                    start_metrics(extras.metrics, config.address, supervisor.dispatcher.tubes)
-                )
+                tubes = supervisor.dispatcher.tubes
+                exporter = start_metrics(extras.metrics, config.address, tubes)
             except (ValueError, OSError) as e:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
+            observers.add(exporter)
+        if extras.http is not None:
+            _start_dashboard(config, extras, supervisor, observers, exporter)
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit. Outside systemd it would only count jobs for nobody.
         notifier = SystemdNotifier()
@@ -107,6 +113,40 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             config.cmd,
         )
         return supervisor.run()
+
+
+def _start_dashboard(
+    config: Config, extras: Extras, supervisor: Supervisor, observers: Observers, exporter: Any
+) -> None:
+    """``--http``: the dashboard (imported only now), with ``/metrics`` when
+    prometheus-client is installed (the ``--metrics`` exporter's, or one of its own)."""
+    assert extras.http is not None
+    from cmdstalk_py.ops.dashboard import start_dashboard
+    from cmdstalk_py.ops.dashboard.board import Board
+
+    if exporter is None and importlib.util.find_spec("prometheus_client") is not None:
+        from cmdstalk_py.ops.metrics import MetricsExporter
+
+        # No --metrics: queue gauges refreshed only when /metrics is scraped.
+        exporter = MetricsExporter(None, config.address, supervisor.dispatcher.tubes, 0)
+        observers.add(exporter)
+    board = Board(config.pool)
+    observers.add(board)
+
+    def connections() -> list[dict[str, Any]]:
+        return [{"where": b.where, "connected": b.connection.connected.is_set(), "error": None}
+                for b in supervisor.dispatcher.brokers()]  # fmt: skip
+
+    try:
+        dashboard = start_dashboard(
+            extras.http, board, config.address, supervisor.dispatcher.tubes,
+            supervisor.request_stop, extras.http_token, connections,
+            exporter.render if exporter is not None else None,
+        )  # fmt: skip
+    except (ValueError, OSError) as e:
+        raise click.BadParameter(str(e), param_hint="--http") from None
+    observers.add(dashboard)
+    log.info("dashboard on %s%s", dashboard.url, "" if extras.http_token else " (actions off)")
 
 
 def require_extra(module: str, extra: str, option: str) -> None:

@@ -1,0 +1,17 @@
+"""``cmdstalk-ctl``: an operator's shell tool for beanstalkd and cmdstalk supervisors.
+
+Modules:
+
+- ``cli``: the ``cmdstalk-ctl`` group (click): ``--address a,b``, ``--timeout``, the exit
+  codes, and the registration of every command below.
+- ``servers``: connections to each server (greenstalk on a socket with a timeout), the
+  errors that map to exit codes (1 not found, 3 unreachable).
+- ``text``: what reaches a terminal: control characters escaped, job bodies previewed as
+  text or hex, tables cut to the terminal's width, JSON that is pure ASCII.
+- ``read``: the read commands: ``stats``, ``tubes``, ``peek``, ``show`` (``--events``: a
+  job's last outcome from the event log).
+- ``top``: ``top``, every tube's jobs by state and rates, refreshed in place.
+- ``write``: single changes: ``put``, ``kick``, ``kick-job``, ``delete``, ``pause``.
+- ``bulk``: ``clear`` and ``move``: many jobs of one state, confirmed, with progress.
+- ``follow``: ``tail`` (the event log, followed) and ``workers`` (supervisors' dashboards).
+"""

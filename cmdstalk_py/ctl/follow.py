@@ -1,0 +1,180 @@
+"""``tail`` (the event log in readable lines, followed) and ``workers`` (what supervisors
+are running, from their dashboards' ``/api/running``).
+
+``tail`` follows the file the way ``tail -F`` does: when logrotate moves it away or
+truncates it, the new file is read from its start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Iterator
+from typing import IO, Any
+
+import click
+
+from cmdstalk_py.ctl.read import describe, parse_record
+from cmdstalk_py.ctl.servers import EXIT_UNREACHABLE, Target
+from cmdstalk_py.ctl.text import cut, echo_json, echo_lines, safe, table, width
+
+POLL = 0.25  # seconds between looks at a followed file that has nothing new
+OUTCOMES = ("deleted", "released", "buried", "timeout_buried", "precheck_buried",
+            "shutdown_released", "lost")  # fmt: skip
+
+
+def event_line(record: dict[str, Any]) -> str:
+    """One record as one line that fits the terminal: when, where, what, stderr's last line."""
+    stamp = str(record.get("end", ""))[11:23]  # HH:MM:SS.mmm of the ISO time
+    where = f"{record.get('tube')}:{record.get('slot')}"
+    line = f"{stamp} {where} job {record.get('job_id')} {describe(record)}"
+    tail = str(record.get("stderr_tail") or "").rstrip("\n")
+    if tail:
+        line += f" | {tail.rsplit(chr(10), 1)[-1]}"
+    return cut(safe(line), width())
+
+
+class Follower:
+    """The lines of a file, and then those appended to it, across rotations."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file: IO[bytes] | None = None
+        self._partial = b""
+
+    def _open(self) -> bool:
+        try:
+            self._file = open(self.path, "rb")  # noqa: SIM115 - held across calls
+        except FileNotFoundError:
+            return False
+        self._partial = b""
+        return True
+
+    def lines(self) -> list[bytes]:
+        """The complete lines appended since the last call (reopening after a rotation)."""
+        if self._file is None and not self._open():
+            return []
+        assert self._file is not None
+        data = self._file.read()
+        if not data and self._replaced():
+            self._file.close()
+            self._file = None
+            return self.lines()
+        chunks = (self._partial + data).split(b"\n")
+        self._partial = chunks.pop()
+        return chunks
+
+    def _replaced(self) -> bool:
+        assert self._file is not None
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return False  # moved away and not recreated yet: keep reading the old one
+        mine = os.fstat(self._file.fileno())
+        moved = (now.st_ino, now.st_dev) != (mine.st_ino, mine.st_dev)
+        return moved or now.st_size < self._file.tell()  # replaced, or truncated in place
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def records(follower: Follower, follow: bool) -> Iterator[dict[str, Any]]:
+    while True:
+        for line in follower.lines():
+            record = parse_record(line)
+            if record is not None:
+                yield record
+        if not follow:
+            return
+        time.sleep(POLL)  # a file offers no wake-up for appends: look again shortly
+
+
+@click.command()
+@click.argument("path", metavar="EVENTS", type=click.Path(dir_okay=False))
+@click.option("--tube", "tubes", multiple=True, help="Only this tube (repeatable).")
+@click.option("--outcome", "outcomes", multiple=True, type=click.Choice(OUTCOMES),
+              help="Only this outcome (repeatable).")  # fmt: skip
+@click.option("--failed", is_flag=True, help="Only jobs that did not end deleted.")
+@click.option("--lines", "-n", "backlog", default=10, show_default=True, type=click.IntRange(0),
+              help="Matching records already in the file to show first.")  # fmt: skip
+@click.option("--follow/--no-follow", "-f/-F", default=True, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The records themselves, as JSON lines.")
+def tail(path: str, tubes: tuple[str, ...], outcomes: tuple[str, ...], failed: bool,
+         backlog: int, follow: bool, as_json: bool) -> None:  # fmt: skip
+    """Follow a cmdstalk event log (--events PATH) in readable lines."""
+
+    def wanted(r: dict[str, Any]) -> bool:
+        return ((not tubes or r.get("tube") in tubes)
+                and (not outcomes or r.get("outcome") in outcomes)
+                and not (failed and r.get("outcome") == "deleted"))  # fmt: skip
+
+    def show(r: dict[str, Any]) -> None:
+        echo_json(r) if as_json else click.echo(event_line(r))
+
+    follower = Follower(path)
+    if not follow and not os.path.exists(path):
+        raise click.FileError(path, "no such file")
+    try:
+        earlier = deque((r for r in records(follower, False) if wanted(r)), maxlen=backlog)
+        for record in earlier:
+            show(record)
+        if follow:
+            for record in records(follower, True):
+                if wanted(record):
+                    show(record)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        follower.close()
+
+
+def fetch_running(url: str, timeout: float) -> list[dict[str, Any]]:
+    """A supervisor dashboard's running jobs (``URL/api/running``)."""
+    with urllib.request.urlopen(url.rstrip("/") + "/api/running", timeout=timeout) as reply:
+        value = json.load(reply)
+    if not isinstance(value, list):
+        raise ValueError("not a list of running jobs")
+    return value
+
+
+@click.command()
+@click.option("--from", "urls", multiple=True, required=True, metavar="URL",
+              help="A supervisor's dashboard (cmdstalk --http), e.g. http://host:8080; "
+                   "repeatable or comma-separated.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
+@click.pass_obj
+def workers(target: Target, urls: tuple[str, ...], as_json: bool) -> None:
+    """The jobs running now on one or more supervisors."""
+    urls = tuple(u.strip() for text in urls for u in text.split(",") if u.strip())
+    found: dict[str, list[dict[str, Any]]] = {}
+    errors = []
+    for url in urls:
+        try:
+            found[url] = fetch_running(url, target.timeout)
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            errors.append(f"cannot read {url}: {e}")
+    if as_json:
+        echo_json(found)
+    else:
+        several = len(urls) > 1
+        heads = [*(["FROM"] if several else []), "POOL", "TUBE", "SLOT", "JOB", "PID",
+                 "ELAPSED", "TTR", "LAST OUTPUT"]  # fmt: skip
+        rows: list[list[object]] = [
+            [*([url] if several else []), j.get("pool") or "-", j.get("tube"), j.get("slot"),
+             j.get("job_id"), j.get("pid") or "-", f"{float(j.get('elapsed') or 0):.1f}s",
+             j.get("ttr"), (j.get("output") or [""])[-1]]
+            for url, jobs in found.items() for j in jobs
+        ]  # fmt: skip
+        echo_lines(table(heads, rows, flex=len(heads) - 1))
+    for error in errors:
+        click.echo(f"Error: {safe(error)}", err=True)
+    if errors:
+        raise SystemExit(EXIT_UNREACHABLE)
+
+
+COMMANDS = [tail, workers]

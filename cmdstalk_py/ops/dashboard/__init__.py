@@ -1,0 +1,21 @@
+"""The supervisor's live dashboard, ``cmdstalk --http HOST:PORT`` (stdlib only).
+
+Imported only when ``--http`` is given: ``cmdstalk --help`` and a supervisor without it never
+load ``http.server``.
+
+Modules:
+
+- ``board``: ``Board``, the Observer that keeps what the page shows about jobs: the
+  running ones (pid, elapsed, last output lines) and the latest finished ones.
+- ``queues``: ``QueueView``, stats-tube of the supervisor's tubes on the dashboard's own
+  connection, with rates; polled only when a page or ``/api`` asks, at most once a second.
+- ``actions``: ``Actions``, what a token holder may do: kick a buried job, delete a job,
+  pause a tube, drain this supervisor.
+- ``server``: ``Dashboard``: the ``ThreadingHTTPServer``, its routes (``/``, ``/static/…``,
+  ``/api/…``, ``/metrics``), the token check and the browser-facing headers.
+- ``static/``: the page, its script and its style, served from the package (no CDN).
+"""
+
+from cmdstalk_py.ops.dashboard.server import Dashboard, start_dashboard
+
+__all__ = ["Dashboard", "start_dashboard"]

@@ -1,0 +1,168 @@
+// cmdstalk dashboard: polls /api/state and renders it. Everything from jobs (output,
+// stderr, tube names) is untrusted: it only ever reaches the page through textContent.
+"use strict";
+
+const POLL_MS = 1000;
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) tr.appendChild(cell instanceof Node ? cell : el("td", cell));
+  return tr;
+}
+
+function td(child, cls) {
+  const cell = el("td", null, cls);
+  if (child instanceof Node) cell.appendChild(child); else cell.textContent = child ?? "";
+  return cell;
+}
+
+function fill(id, rows) {
+  const body = document.querySelector("#" + id + " tbody");
+  body.replaceChildren(...rows);
+}
+
+function when(epoch) {
+  return epoch ? new Date(epoch * 1000).toLocaleTimeString() : "";
+}
+
+// Control characters (an ESC of a colour code, a CR) are shown as \xNN, as in the logs.
+function visible(text) {
+  return String(text).replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g,
+    (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+}
+
+function lines(list) {
+  return el("pre", (list || []).map(visible).join("\n"));
+}
+
+function elapsedCell(job) {
+  const cell = el("td", null, "num elapsed");
+  cell.appendChild(el("span", job.elapsed.toFixed(1) + "s / " + job.ttr + "s"));
+  const bar = el("div", null, "bar");
+  const fillBar = el("span", null, job.elapsed >= job.ttr ? "late" : "");
+  fillBar.style.width = Math.min(100, (100 * job.elapsed) / Math.max(1, job.ttr)) + "%";
+  bar.appendChild(fillBar);
+  cell.appendChild(bar);
+  return cell;
+}
+
+function renderRunning(running) {
+  document.getElementById("running-count").textContent = "(" + running.length + ")";
+  fill("running", running.map((j) => {
+    const tr = row([j.pool ?? "-", j.tube, td(j.slot, "num"), td(j.job_id, "num"),
+      td(j.pid, "num"), elapsedCell(j), td(lines(j.output.slice(-5)))]);
+    tr.dataset.job = String(j.job_id);
+    return tr;
+  }));
+}
+
+function actionButton(label, action, body) {
+  const button = el("button", label);
+  button.type = "button";
+  button.addEventListener("click", () => act(action, body));
+  return button;
+}
+
+function renderTubes(queue) {
+  const state = document.getElementById("queue-state");
+  state.textContent = queue.up === false ? "server unreachable: " + queue.error : "";
+  state.className = queue.up === false ? "down" : "muted";
+  fill("tubes", queue.tubes.map((t) => {
+    const pause = el("td", null, "action");
+    const seconds = el("input");
+    seconds.type = "number"; seconds.min = "0"; seconds.value = "60";
+    pause.appendChild(seconds);
+    const button = el("button", "pause");
+    button.type = "button";
+    button.addEventListener("click", () =>
+      act("pause", {tube: t.tube, seconds: Number(seconds.value)}));
+    pause.appendChild(button);
+    const rate = (v) => (v === null ? "-" : v.toFixed(2));
+    return row([t.tube, td(t.ready, "num"), td(t.reserved, "num"), td(t.delayed, "num"),
+      td(t.buried, "num"), td(t.urgent, "num"), td(t.waiting, "num"),
+      td(t.paused ? t.paused + "s" : "", "num"), td(rate(t.puts_per_s), "num"),
+      td(rate(t.deletes_per_s), "num"), pause]);
+  }));
+}
+
+function renderFinished(finished) {
+  fill("finished", finished.map((f) => {
+    const how = f.exit_code !== null ? f.exit_code : (f.signal || "");
+    const acts = el("td", null, "action");
+    if (f.outcome.endsWith("buried")) {
+      acts.appendChild(actionButton("kick", "kick", {job_id: f.job_id}));
+      acts.appendChild(actionButton("delete", "delete", {job_id: f.job_id}));
+    }
+    const tail = f.error ? [...f.stderr_tail, "error: " + f.error] : f.stderr_tail;
+    const tr = row([f.outcome, f.tube, td(f.slot, "num"), td(f.job_id, "num"), td(how, "num"),
+      td(f.duration_ms.toFixed(0) + " ms", "num"), when(f.ended_at), td(lines(tail)), acts]);
+    if (f.failed) tr.className = "failed";
+    tr.dataset.job = String(f.job_id);
+    return tr;
+  }));
+}
+
+function renderConnections(connections) {
+  fill("connections", connections.map((c) => {
+    const state = c.connected === null ? "not asked yet" : c.connected ? "connected" : "down";
+    return row([c.where, td(state + (c.error ? ": " + c.error : ""), c.connected === false ?
+      "down" : ""), td(c.reconnects ?? "", "num"), when(c.last_reconnect)]);
+  }));
+}
+
+function render(state) {
+  const s = state.supervisor;
+  document.getElementById("who").textContent = s.hostname + " pid " + s.pid + " on " + s.server;
+  const badge = document.getElementById("state");
+  badge.textContent = s.state;
+  badge.className = "badge " + s.state;
+  document.body.classList.toggle("actions", s.actions);
+  renderRunning(state.running);
+  renderTubes(state.queue);
+  renderFinished(state.finished);
+  renderConnections(state.connections);
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+}
+
+async function act(action, body) {
+  const result = document.getElementById("action-result");
+  const token = document.getElementById("token").value;
+  sessionStorage.setItem("cmdstalk-token", token);
+  try {
+    const reply = await fetch("/api/actions/" + action, {
+      method: "POST",
+      headers: {"Content-Type": "application/json", "X-Cmdstalk-Token": token},
+      body: JSON.stringify(body),
+    });
+    const data = await reply.json();
+    result.textContent = reply.ok ? data.message : "refused (" + reply.status + "): " + data.error;
+    result.className = reply.ok ? "" : "down";
+  } catch (e) {
+    result.textContent = "failed: " + e;
+    result.className = "down";
+  }
+  poll();
+}
+
+async function poll() {
+  try {
+    const reply = await fetch("/api/state", {cache: "no-store"});
+    if (reply.ok) render(await reply.json());
+  } catch (e) {
+    document.getElementById("updated").textContent = "supervisor unreachable";
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("token").value = sessionStorage.getItem("cmdstalk-token") || "";
+  document.getElementById("drain").addEventListener("click", () => act("drain", {}));
+  poll();
+  setInterval(poll, POLL_MS);
+});

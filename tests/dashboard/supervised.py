@@ -1,0 +1,101 @@
+"""A real ``cmdstalk --http`` for the dashboard tests, and the job command they run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import BeanstalkServer, free_port, wait_until
+from tests.ops.procs import stop_process
+
+CMDSTALK = str(Path(sys.executable).with_name("cmdstalk"))
+TOKEN = "t0ken-for-tests"
+
+# The payload picks the behaviour: "slow" prints a line every 0.2 s for a long while,
+# "fail" writes hostile markup and an escape to stderr and exits 3 (buried: 3 is listed).
+JOB = r"""read p
+case "$p" in
+  slow*) i=0; while [ $i -lt 150 ]; do echo "tick $i"; i=$((i+1)); sleep 0.2; done ;;
+  fail*) echo "starting"; printf 'bad <img src=x onerror="document.title=1"> \033[31mred\n' >&2
+         echo 'no such user <script>document.title="pwned"</script>' >&2; exit 3 ;;
+esac"""
+
+
+def base_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("CMDSTALK_", "NOTIFY_"))}
+
+
+def get(url: str, host: str | None = None) -> tuple[int, Any]:
+    """GET ``url``: (status, JSON body or text)."""
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            status, data, kind = reply.status, reply.read(), reply.headers["Content-Type"]
+    except urllib.error.HTTPError as e:
+        status, data, kind = e.code, e.read(), e.headers["Content-Type"]
+    return status, json.loads(data) if kind == "application/json" else data.decode()
+
+
+def post(url: str, body: dict[str, Any], token: str | None) -> tuple[int, Any]:
+    """POST ``body`` as JSON with ``token`` in X-Cmdstalk-Token: (status, JSON reply)."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["X-Cmdstalk-Token"] = token
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+class Supervised:
+    """A running ``cmdstalk --http`` and its dashboard's base URL."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str) -> None:
+        self.proc, self.url = proc, url
+
+    def state(self) -> dict[str, Any]:
+        status, state = get(self.url + "api/state")
+        assert status == 200, state
+        return state  # type: ignore[no-any-return]
+
+    def running(self) -> list[dict[str, Any]]:
+        return self.state()["running"]  # type: ignore[no-any-return]
+
+
+@contextmanager
+def supervised(
+    server: BeanstalkServer, tmp_path: Path, token: str | None = TOKEN, *args: str
+) -> Iterator[Supervised]:
+    """``cmdstalk --http`` on tube ``work`` (2 brokers), ready once its page answers."""
+    port = free_port()
+    env = base_env() | ({"CMDSTALK_HTTP_TOKEN": token} if token else {})
+    argv = [CMDSTALK, "--address", server.address, "--tubes", "work", "--per-tube", "2",
+            "--cmd", JOB, "--bury-exit-codes", "3", "--shutdown-timeout", "1",
+            "--http", f"127.0.0.1:{port}", *args]  # fmt: skip
+    with open(tmp_path / "cmdstalk.err", "wb") as err:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until(lambda: proc.poll() is not None or _answers(url), timeout=30,
+                   message="the dashboard")  # fmt: skip
+        assert proc.poll() is None, (tmp_path / "cmdstalk.err").read_text()
+        yield Supervised(proc, url)
+    finally:
+        stop_process(proc)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return get(url + "api/running")[0] == 200
+    except OSError:
+        return False

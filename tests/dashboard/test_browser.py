@@ -1,0 +1,89 @@
+"""The dashboard in a real browser: headless Debian Chromium driven by Playwright.
+
+It checks what an operator sees: a running job whose elapsed time advances, a failure with
+its stderr tail (hostile markup shown as text, never run), an action refused without the
+token and carried out with it. The screenshot it takes is README's (``docs/dashboard.png``,
+rewritten when ``CMDSTALK_UPDATE_SCREENSHOT=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard.supervised import TOKEN, Supervised, supervised
+from tests.helpers import BeanstalkServer, wait_until
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "dashboard.png"
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A page of the system Chromium (CI installs it: there, its absence is a failure)."""
+    if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the dev extra is absent")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            yield page
+        finally:
+            browser.close()
+
+
+def _cell(page: Any, table: str, job_id: int, column: int) -> str:
+    locator = page.locator(f"#{table} tbody tr[data-job='{job_id}'] td").nth(column)
+    return str(locator.text_content(timeout=30_000))
+
+
+def _wait_text(page: Any, selector: str, text: str) -> None:
+    page.locator(selector, has_text=text).first.wait_for(timeout=30_000)
+
+
+def test_dashboard_in_chromium(
+    real_beanstalkd: BeanstalkServer, tmp_path: Path, page: Any
+) -> None:
+    producer = real_beanstalkd.client(use="work")
+    with supervised(real_beanstalkd, tmp_path) as sup:
+        slow = producer.put(b"slow", ttr=120)
+        page.goto(sup.url)
+        first = _cell(page, "running", slow, 5)
+        assert first.endswith("/ 120s")
+        wait_until(lambda: _cell(page, "running", slow, 5) != first, timeout=30,
+                   message="the elapsed time to advance on the page")  # fmt: skip
+        _wait_text(page, f"#running tbody tr[data-job='{slow}'] pre", "tick")
+
+        failing = producer.put(b"fail")
+        _wait_text(page, "#finished tbody tr.failed", "no such user")
+        tail = _cell(page, "finished", failing, 7)
+        assert '<script>document.title="pwned"</script>' in tail  # shown as text
+        assert "\\x1b[31mred" in tail  # the escape shown, not sent to the renderer
+        assert page.title() == "cmdstalk"  # neither the <script> nor the onerror ran
+        assert page.locator("#finished img, #finished script").count() == 0
+        _refused_then_done(page, sup, failing)
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        if os.environ.get("CMDSTALK_UPDATE_SCREENSHOT") == "1":
+            shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
+
+
+def _refused_then_done(page: Any, sup: Supervised, job_id: int) -> None:
+    kick = page.locator(f"#finished tbody tr[data-job='{job_id}'] button", has_text="kick")
+    kick.first.click()
+    _wait_text(page, "#action-result", "refused (403)")
+    page.fill("#token", TOKEN)
+    kick = page.locator(f"#finished tbody tr[data-job='{job_id}'] button", has_text="kick")
+    kick.first.click()
+    _wait_text(page, "#action-result", f"kicked job {job_id}")
+    # Kicked, it ran again and failed again: the page shows its second burial.
+    wait_until(lambda: len(sup.state()["finished"]) == 2, timeout=30, message="the rerun")

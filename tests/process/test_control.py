@@ -66,25 +66,18 @@ def test_only_the_command_holds_the_write_end() -> None:
     """The supervisor closes its copy after the spawn: the command's fd 3 is the only
     writer of that pipe in our process's view, and we hold just the read end."""
     seen: dict[str, int] = {}
+    pids: list[int] = []
 
     def count_our_ends() -> None:
-        inode = os.readlink(f"/proc/{child_running('sleep 0.3')}/fd/3")
+        inode = os.readlink(f"/proc/{pids[0]}/fd/3")
         ours = [fd for fd in os.listdir("/proc/self/fd") if _link(f"/proc/self/fd/{fd}") == inode]
         seen["ours"] = len(ours)
         seen["writable"] = sum(1 for fd in ours if _flags(fd) & os.O_WRONLY)
 
     r = run_command(sh("sleep 0.3"), b"", ENV, on_control=lambda _: None,
-                    on_started=count_our_ends)  # fmt: skip
+                    on_spawned=pids.append, on_started=count_our_ends)  # fmt: skip
     assert r.exit_code == 0
     assert seen == {"ours": 1, "writable": 0}
-
-
-def child_running(command: str) -> int:
-    """Our child running ``command``: under xdist, session fixtures' servers are children too."""
-    import psutil
-
-    (child,) = [p for p in psutil.Process().children() if command in " ".join(p.cmdline())]
-    return child.pid
 
 
 def _link(path: str) -> str | None:

@@ -155,7 +155,8 @@ def test_report_counts_rates_and_percentiles(spark: SparkSession, tmp_path: Path
     pngs = sorted((out / "charts").glob("*.png"))
     assert len(pngs) == 2 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     for png in pngs:
-        assert f'src="charts/{png.name}"' in page
+        assert f'href="charts/{png.name}"' in page
+    assert page.count("<svg") == 2 and "<?xml" not in page  # the same charts, inline
     assert "Tube beta/x" in page and "exit 1 ×1000" in page
 
 

@@ -21,7 +21,7 @@ Modules:
   strictly before any job is put).
 - ``eventlog``: reading the supervisor's event log (schema v1) with a fixed schema;
   ``report``: metrics per tube and window and the files ``report`` writes; ``charts``:
-  its PNG charts and HTML page.
+  its charts (inline SVG in the page, PNG files beside it) and HTML page.
 - ``deadletters``: buried jobs to Parquet and back.
 - ``drain``: cmdstalk's own brokers run as Spark tasks (in ``--cwd``, with the driver's
   environment), results as event-log rows; ``resultstream``: results sent to the driver

@@ -1,15 +1,21 @@
-"""The report's PNG charts (matplotlib, Agg: no display needed) and its HTML page.
+"""The report's charts (matplotlib, Agg: no display needed) and its HTML page.
 
-Works on the small per-window tables collected to pandas, never on raw events.
+Works on the small per-window tables collected to pandas, never on raw events. Each tube's
+chart is drawn once and written twice: inline SVG in ``report.html`` (text stays text, so
+it is sharp at any zoom and the page needs no other file) and ``charts/*.png`` beside it,
+for pasting elsewhere.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import re
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import ConciseDateFormatter
@@ -32,6 +38,18 @@ def chart_name(tube: str, index: int) -> str:
     return f"{index:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', tube)[:60]}.png"
 
 
+# Legends to the right of their axes: inside, "upper left" covered the first windows' data.
+_BESIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+
+
+def _from_zero(ax: Any, values: Any) -> None:
+    """The y axis from 0 to 10 % above the highest value: the top point is not drawn on
+    the frame, even when every window has the same value."""
+    finite = values[np.isfinite(values)]
+    highest = float(finite.max()) if finite.size else 0.0
+    ax.set_ylim(0, highest * 1.1 if highest > 0 else 1.0)
+
+
 def tube_figure(rows: Any, tube: str) -> Figure:
     """Throughput, outcomes and duration percentiles per window over time.
 
@@ -45,9 +63,14 @@ def tube_figure(rows: Any, tube: str) -> Figure:
     x = start.to_numpy()
     width = (end - start).dt.total_seconds().to_numpy(dtype=float) / 86400 * 0.9
     marker = "o" if len(rows) < 50 else None
-    top.plot(x, rows["jobs_per_s"].to_numpy(dtype=float), marker=marker, drawstyle="steps-post")
+    rate = rows["jobs_per_s"].to_numpy(dtype=float)
+    if len(rows):  # each step covers its window: the last one ends at the last window's end
+        steps_x = np.append(x, end.max().to_numpy())
+        top.plot(steps_x, np.append(rate, rate[-1]), drawstyle="steps-post", color="C0")
+    top.plot(x, rate, marker=marker, linestyle="none", color="C0")
     top.set_ylabel("jobs/s")
-    top.set_title(f"tube {tube}: throughput, outcomes and latency per window")
+    # parse_math off: a tube name with two "$" is a name, not a formula.
+    top.set_title(f"tube {tube}: throughput, outcomes and latency per window", parse_math=False)
     jobs = rows["jobs"].to_numpy(dtype=float)
     stacked = jobs * 0
     for column, label in _OUTCOMES:
@@ -55,7 +78,7 @@ def tube_figure(rows: Any, tube: str) -> Figure:
         middle.bar(x, counts, width=width, bottom=stacked, align="edge", label=label)
         stacked = stacked + counts
     middle.set_ylabel("jobs")
-    middle.legend(loc="upper left", fontsize="small", ncols=len(_OUTCOMES))
+    middle.legend(**_BESIDE, fontsize="small")
     for column, label in _PERCENTILES:
         bottom.plot(x, rows[column].to_numpy(dtype=float), marker=marker, label=label)
     values = rows[[c for c, _ in _PERCENTILES]].to_numpy(dtype=float)
@@ -63,12 +86,12 @@ def tube_figure(rows: Any, tube: str) -> Figure:
     if positive.size and positive.max() / positive.min() > 100:
         bottom.set_yscale("log")  # p99 often sits orders of magnitude above p50
     else:
-        bottom.set_ylim(bottom=0)
+        _from_zero(bottom, values)
     bottom.set_ylabel("duration (ms)")
     bottom.set_xlabel("window start (UTC)")
-    bottom.legend(loc="upper left")
-    for ax in (top, middle):
-        ax.set_ylim(bottom=0)
+    bottom.legend(**_BESIDE)
+    _from_zero(top, rows["jobs_per_s"].to_numpy(dtype=float))
+    _from_zero(middle, stacked)
     for ax in (top, middle, bottom):
         ax.grid(alpha=0.3)
     if len(rows):
@@ -78,9 +101,17 @@ def tube_figure(rows: Any, tube: str) -> Figure:
     return fig
 
 
-def tube_chart(rows: Any, tube: str, path: Path) -> None:
-    """:func:`tube_figure` as a PNG file."""
-    tube_figure(rows, tube).savefig(path, format="png")
+def tube_chart(rows: Any, tube: str, path: Path) -> str:
+    """:func:`tube_figure` as a PNG file at ``path``; the same figure as an SVG element."""
+    fig = tube_figure(rows, tube)
+    fig.savefig(path, format="png")
+    svg = io.StringIO()
+    # fonttype none: labels stay <text> the browser draws (and a reader can select).
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(svg, format="svg")
+    text = svg.getvalue()
+    # The element alone: the XML declaration and doctype do not belong inside HTML.
+    return text[text.index("<svg") :]
 
 
 # The HTML tables: the columns a reader scans, short headers, top failures early and
@@ -133,7 +164,8 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
 td:nth-child(1), th:nth-child(1) { text-align: left; }
 th { background: #f3f3f3; }
-img { max-width: 100%; border: 1px solid #eee; }
+figure.chart { margin: 1em 0; }
+svg { max-width: 100%; height: auto; border: 1px solid #eee; display: block; }
 .note { color: #555; }
 """
 
@@ -154,10 +186,12 @@ def write_html(out_dir: Path, windows: Any, totals: Any, title: str, notes: list
     for index, tube in enumerate(totals["tube"]):
         rows = windows[windows["tube"] == tube]
         name = chart_name(str(tube), index)
-        tube_chart(rows, str(tube), charts / name)
+        svg = tube_chart(rows, str(tube), charts / name)
         parts.append(f"<h2>Tube {html.escape(str(tube))}</h2>")
+        parts.append(f'<figure class="chart">{svg}')
         parts.append(
-            f'<img src="charts/{html.escape(name)}" alt="charts for {html.escape(str(tube))}">'
+            f'<figcaption class="note">Also as <a href="charts/{html.escape(name)}">'
+            f"charts/{html.escape(name)}</a>.</figcaption></figure>"
         )
         if len(rows) > MAX_TABLE_ROWS:
             parts.append(

@@ -237,8 +237,8 @@ def build_report(
 
     ``out/events`` and ``out/windows`` are Parquet datasets partitioned by ``tube`` and
     ``date`` (replaced if present), ``summary.csv`` has one line per tube and window,
-    ``tubes.csv`` one per tube, and ``report.html`` shows both with a chart per tube from
-    ``charts/``.
+    ``tubes.csv`` one per tube, and ``report.html`` shows both with a chart per tube
+    (inline SVG; the same charts as PNG files in ``charts/``).
     """
     from cmdstalk_py.spark.charts import write_html
 

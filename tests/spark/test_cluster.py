@@ -170,21 +170,67 @@ def test_drain_on_the_cluster_with_a_relative_cmd(spark_cluster: Cluster, tmp_pa
         assert server.client().stats_tube("d")["current-jobs-ready"] == 0
 
 
-def test_an_executor_killed_mid_drain_loses_no_result(
-    spark_cluster: Cluster, tmp_path: Path
-) -> None:
+def _commands_of(pid: int) -> dict[int, int]:
+    """The worker.sh commands running below ``pid``: process id -> their CMDSTALK_JOB_ID."""
+    found = {}
+    for child in _descendants(pid):
+        try:
+            cmdline = (Path("/proc") / str(child) / "cmdline").read_bytes()
+            environ = (Path("/proc") / str(child) / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ids = [e.removeprefix(b"CMDSTALK_JOB_ID=") for e in environ]
+        job = next((i for i, e in zip(ids, environ, strict=True) if i != e), None)
+        if b"worker.sh" in cmdline and job is not None:
+            found[child] = int(job)
+    return found
+
+
+# Each run records its job and the server's reservation count before its 2 s of work, and
+# its body once the work is done.
+RECORDING_WORKER = """read -r body
+echo "$CMDSTALK_JOB_ID $CMDSTALK_RESERVES" >> runs.txt
+sleep 2
+echo "$body" >> done.txt
+"""
+
+
+def _kill_mid_command(cluster: Cluster) -> set[int]:
+    """SIGKILL an executor just after one of its commands started (it has ~2 s left, so
+    the job is certainly held, not finished); the jobs its commands were running."""
     import os
     import signal
 
     from tests.helpers import wait_until
     from tests.spark.cluster import executor_pids
 
-    (tmp_path / "worker.sh").write_text('read -r body; sleep 1; echo "$body" >> done.txt\n')
-    bodies = [f"job-{i}" for i in range(30)]
+    victim = wait_until(lambda: executor_pids(cluster), 240, message="an executor")[0]
+    seen = set(_commands_of(victim))
+    fresh = wait_until(
+        lambda: {p: j for p, j in _commands_of(victim).items() if p not in seen},
+        60, interval=0.02, message="a command starting on the victim",
+    )  # fmt: skip
+    os.kill(victim, signal.SIGKILL)
+    # The broker's commands die with their executor instead of running on.
+    wait_until(lambda: not any(_alive(p) for p in fresh), 30, message="orphans")
+    return set(fresh.values())
+
+
+def test_an_executor_killed_mid_drain_loses_no_result(
+    spark_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Exactly the job the killed executor held runs twice, and the server agrees: its
+    second reservation is the one its counters cannot explain by a release or a timeout,
+    or an explicit release by the dying broker. Every job completes exactly once."""
+    from tests.helpers import wait_until
+
+    (tmp_path / "worker.sh").write_text(RECORDING_WORKER)
+    n = 30
+    bodies = [f"job-{i}" for i in range(n)]
     with running_beanstalkd() as server:
         client = server.client(use="k")
         for body in bodies:
-            client.put(body, ttr=5)
+            client.put(body, ttr=10)
         proc = subprocess.Popen(
             [str(SCRIPT), "--master", spark_cluster.master, "drain", "--address",
              server.address, "--tubes", "k", "--cmd", "sh worker.sh", "--parallelism", "2",
@@ -196,23 +242,42 @@ def test_an_executor_killed_mid_drain_loses_no_result(
             events = tmp_path / "ev.jsonl"
             # Results are on the driver's disk as they happen, before any task ends.
             wait_until(
-                lambda: events.exists() and len(events.read_bytes().splitlines()) >= 4,
+                lambda: events.exists() and len(events.read_bytes().splitlines()) >= 2,
                 240, interval=0.2, message="first results streamed",
             )  # fmt: skip
-            victim = executor_pids(spark_cluster)[0]
-            commands = [p for p in _descendants(victim)]
-            os.kill(victim, signal.SIGKILL)
-            # The broker's commands die with their executor instead of running on.
-            wait_until(lambda: not any(_alive(p) for p in commands), 30, message="orphans")
+            held = _kill_mid_command(spark_cluster)
             stdout, stderr = proc.communicate(timeout=300)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
         assert proc.returncode == 0, stdout + stderr
-        lines = events.read_bytes().splitlines()
-        found = re.search(r"^(\d+) jobs", stdout, re.M)
-        assert found is not None and int(found.group(1)) == len(lines), stdout
-        assert set((tmp_path / "done.txt").read_text().split()) == set(bodies)
-        stats = server.client().stats_tube("k")
-        assert (stats["current-jobs-ready"], stats["current-jobs-reserved"]) == (0, 0)
+        server_stats = server.client().stats()
+    assert len(held) == 1, held  # one broker per task, one job at a time
+    records = [json.loads(line) for line in events.read_bytes().splitlines()]
+    found = re.search(r"^(\d+) jobs", stdout, re.M)
+    assert found is not None and int(found.group(1)) == len(records), stdout
+    deleted = {r["job_id"]: r for r in records if r["outcome"] == "deleted"}
+    assert len(deleted) == n == sum(r["outcome"] == "deleted" for r in records), records
+    # A line from the dying broker, if it got one out, is the held job's release.
+    others = [r for r in records if r["outcome"] != "deleted"]
+    assert all(r["job_id"] in held and r["outcome"] == "shutdown_released" for r in others)
+    lines = (tmp_path / "runs.txt").read_text().splitlines()
+    runs = Counter(int(line.split()[0]) for line in lines)
+    assert {job for job, count in runs.items() if count == 2} == held, runs
+    assert set(runs.values()) <= {1, 2} and set(runs) == set(deleted), runs
+    # The server's view: one reservation per run, and the extra ones are exactly the
+    # jobs the killed executor held.
+    assert all(runs[job] == r["reserves"] for job, r in deleted.items()), (runs, deleted)
+    assert sum(r["reserves"] - 1 for r in deleted.values()) == len(held)
+    assert all(r["timeouts"] == 0 for r in deleted.values())
+    assert all(r["releases"] == 0 for job, r in deleted.items() if job not in held)
+    # The held job came back by the dying broker's release (releases 1) or by its
+    # connection closing (releases 0): the one reservation no counter explains.
+    released = [r for r in others if r["outcome"] == "shutdown_released"]
+    for job in held:
+        assert deleted[job]["releases"] in ({1} if released else {0, 1}), deleted[job]
+    assert (server_stats["cmd-delete"], server_stats["current-jobs-ready"]) == (n, 0)
+    assert (server_stats["current-jobs-reserved"], server_stats["job-timeouts"]) == (0, 0)
+    # The held job's first run was killed before its work was done: completed exactly once.
+    assert Counter((tmp_path / "done.txt").read_text().split()) == Counter(bodies)

@@ -171,7 +171,8 @@ def test_report_counts_rates_and_percentiles(spark: SparkSession, tmp_path: Path
     pngs = sorted((out / "charts").glob("*.png"))
     assert len(pngs) == 2 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     for png in pngs:
-        assert f'src="charts/{png.name}"' in page
+        assert f'href="charts/{png.name}"' in page
+    assert page.count("<svg") == 2 and "<?xml" not in page  # the same charts, inline
     assert "Tube beta/x" in page and "exit 1 ×1000" in page
 
 
@@ -248,3 +249,23 @@ def test_a_short_log_reads_well(spark: SparkSession, tmp_path: Path) -> None:
             for i in range(len(header))
         ]
         assert sum(w * 7.5 + 14 for w in widths) < 1400 - 64, (header, widths)
+
+
+def test_a_tube_name_is_text_in_the_page_and_its_charts(tmp_path: Path) -> None:
+    """Tube names come from producers: in the inline SVG and the HTML they stay text."""
+    from cmdstalk_py.spark.charts import write_html
+
+    tube = "<script>alert(1)</script>&$x$"
+    start = pd.Timestamp("2026-11-21 10:00")
+    window = {
+        "tube": tube, "window_start": start, "window_end": start + pd.Timedelta(hours=1),
+        "jobs": 10, "jobs_per_s": 1.0, "success_rate": 1.0, "release_rate": 0.0,
+        "bury_rate": 0.0, "timeout_rate": 0.0, "lost_rate": 0.0, "duration_p50_ms": 1.0,
+        "duration_p90_ms": 2.0, "duration_p99_ms": 3.0, "top_failures": "",
+    }  # fmt: skip
+    page = write_html(
+        tmp_path, pd.DataFrame([window]), pd.DataFrame([{"tube": tube, "jobs": 10}]), "t", []
+    ).read_text()
+    assert "<script" not in page and page.count("<svg") == 1
+    # Escaped once, and the two "$" did not turn the title into a formula.
+    assert "tube &lt;script&gt;alert(1)&lt;/script&gt;&amp;$x$: throughput" in page

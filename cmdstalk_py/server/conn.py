@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 from select import EPOLLIN, EPOLLOUT
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from cmdstalk_py.server import commands
 from cmdstalk_py.server.conn_state import TRANSITIONS, State
@@ -56,6 +56,13 @@ TURN_SECONDS = 0.005
 FLUSH_AT = 1 << 18
 
 _clock = time.monotonic
+_HANDLERS = commands.COMMANDS
+_put_body = commands.put_body
+# How a turn ended: input left (a blocked reserve, the end of its turn, output backing
+# up), every complete command done, or quit.
+_STOPPED = 0
+_EXHAUSTED = 1
+_QUIT = 2
 
 
 _OPEN = State.OPEN
@@ -269,26 +276,20 @@ class ServerConn:
 
     # ---------------------------------------------------------------- output
 
-    def send(self, data: bytes) -> None:
-        """The one way out for replies: written now, or held until the journal syncs."""
-        server = self.server
-        if self.hold and (self.held or server.durable.needs_sync):  # type: ignore[union-attr]
+    def send(self, data: bytes, released: bool = False) -> None:
+        """The one way out for replies: held until the journal syncs (``-f 0``), queued
+        behind unsent output, or written now. ``released``: the held replies, synced."""
+        if self.hold and not released and (
+            self.held or self.server.durable.needs_sync  # type: ignore[union-attr]
+        ):
             if not self.held:
-                server.holders[self] = None
+                self.server.holders[self] = None
             self.held.append(data)
             self.held_size += len(data)
             if self.held_size > WRITE_HIGH:
                 # Bound what one connection can pile up while the disk is slow or failing.
                 self.backed_up = True
-        else:
-            self._write(data)
-
-    def flush(self, out: list[bytes]) -> None:
-        """Send the replies collected so far, in one piece."""
-        if out:
-            self.send(out[0] if len(out) == 1 else b"".join(out))
-
-    def _write(self, data: bytes) -> None:
+            return
         if self.out:
             self.out.append(data)
             self.out_size += len(data)
@@ -320,7 +321,7 @@ class ServerConn:
         self.held_size = 0
         if self.state is _CLOSED:
             return
-        self._write(data)
+        self.send(data, released=True)
         if self.state is _CLOSING and not self.out:
             self.teardown()
             return
@@ -351,73 +352,82 @@ class ServerConn:
         self._update_mask()  # reading may have stopped while the input was held
 
     def _run(self) -> None:
-        try:
-            self._run_commands()
-        except Exception as exc:  # never let one client take the server down
-            print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
-            self.teardown()
-
-    def _run_commands(self) -> None:
         """One turn: run the complete commands in the input, in order, one write each turn.
 
         Stops at a blocked reserve, at ``quit``, when the output backs up and at the end of
         its turn (the rest stays in the framer); at the end of input, closes once nothing
-        complete is left.
+        complete is left. The framer's ``events()`` hands over every complete event of the
+        input in one iteration, and each command goes straight to its handler in
+        ``commands.COMMANDS``: per read, this loop is most of what the server does.
         """
         framer = self.framer
-        next_event = framer.next_event
         engine = self.engine
-        execute = commands.execute
         session = self.session
+        handlers = _HANDLERS
         out: list[bytes] = []
         out_size = 0
         budget = TURN_COMMANDS
         # Puts of one batch share one clock reading: their jobs then share one float
         # object for their creation time, which matters on pipelined fills.
-        put_now = _clock()
-        turn_ends = put_now + TURN_SECONDS
-        while (event := next_event()) is not None:
-            kind = type(event)
-            if kind is PutBody:
-                body = cast(PutBody, event)
-                reply: bytes | None = commands.put_body(
-                    engine, session, body.put, body.body, put_now
-                )
-            elif kind is Put:
-                engine.begin_put(session)
-                continue
-            elif kind is Rejected:
-                reply = execute(engine, session, event, 0.0)  # type: ignore[arg-type]
-                if event.skip:  # type: ignore[union-attr]
-                    self.withheld = reply  # due once the announced body is thrown away
+        now = put_now = _clock()
+        turn_ends = now + TURN_SECONDS
+        ended = _STOPPED
+        try:
+            for event in framer.events():
+                kind = type(event)
+                if kind is PutBody:
+                    body: PutBody = event  # type: ignore[assignment]
+                    reply: bytes | None = _put_body(engine, session, body.put, body.body, put_now)
+                elif kind is Put:
+                    engine.begin_put(session)
                     continue
-            elif kind is BodySkipped:
-                reply = self.withheld
-                self.withheld = None
-            elif kind is Quit:
-                self.flush(out)
-                self.close_when_done()
-                return
+                elif kind is Quit:
+                    ended = _QUIT
+                    break
+                elif kind is BodySkipped:
+                    reply = self.withheld
+                    self.withheld = None
+                else:
+                    # The clock is read per command, like 1.12: times in replies must not lag.
+                    now = _clock()
+                    reply = handlers[kind](engine, session, event, now)
+                    if reply is None:
+                        if not framer.eof:
+                            self._wait()
+                            break
+                        reply = commands.abort_wait(engine, session) or TIMED_OUT
+                    elif kind is Rejected and event.skip:  # type: ignore[union-attr]
+                        self.withheld = reply  # due once the announced body is thrown away
+                        continue
+                out.append(reply)  # type: ignore[arg-type]
+                out_size += len(reply)  # type: ignore[arg-type]
+                budget -= 1
+                # The time bound looks at the clock read before the last command (puts,
+                # which cost little, are bounded by the count): a turn may run one costly
+                # command past it.
+                if not budget or out_size > FLUSH_AT or now > turn_ends:
+                    break
             else:
-                # The clock is read per command, like 1.12: times in replies must not lag.
-                reply = execute(engine, session, event, _clock())  # type: ignore[arg-type]
-                if reply is None:
-                    if not framer.eof:
-                        self._wait()
-                        break
-                    reply = commands.abort_wait(engine, session) or TIMED_OUT
-            if reply is not None:
-                out.append(reply)
-                out_size += len(reply)
-            budget -= 1
-            if not budget or out_size > FLUSH_AT or _clock() > turn_ends:
-                break
-        self.flush(out)
-        if event is None:
-            if framer.eof:
+                ended = _EXHAUSTED
+        except Exception as exc:  # never let one client take the server down
+            print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
+            self.teardown()
+            return
+        self._end_turn(out, ended)
+
+    def _end_turn(self, out: list[bytes], ended: int) -> None:
+        """Send the turn's replies in one piece; close, or schedule the next turn."""
+        if out:
+            self.send(out[0] if len(out) == 1 else b"".join(out))
+        if ended == _EXHAUSTED:
+            if self.framer.eof:
                 self.close_when_done()
                 return
+        elif ended == _QUIT:
+            self.close_when_done()
+            return
         elif self.state is _OPEN and not self.backed_up:
             self._schedule_resume()  # its turn is over (backed up: resumed once drained)
-        if framer.buffered > INPUT_LIMIT:
-            self._update_mask()
+        held_back = self.state is not _OPEN or self.backed_up or self.resume_pending
+        if held_back and self.framer.buffered > INPUT_LIMIT:
+            self._update_mask()  # held back past the bound: the kernel buffers the rest

@@ -23,7 +23,9 @@ Modules, from the command line inwards:
 - ``commands``: the dispatcher: a command value in, one engine call, its reply bytes out
   (also the replies of reserves that waited).
 - ``engine``: the queue engine, driven by the caller's clock: every job state transition,
-  answering with the job or an ``outcome``; ``store``: where a job sits for its state;
+  answering with the job or an ``outcome``; ``waiters``: blocked reserves (who waits, in
+  which order they are served, wake-ups for a timeout or DEADLINE_SOON, a half-close, the
+  answers queued for the connections); ``store``: where a job sits for its state;
   ``alarms``: its timers; ``job``, ``tube`` (tubes, the set of live tubes), ``ready``,
   ``heap``: its data structures; ``session``: a connection as the engine sees it (watch
   list, reservations and the soonest of them), and the DEADLINE_SOON rule; ``stats``: the

@@ -57,12 +57,12 @@ def put_body(e: Engine, s: Session, cmd: p.Put, body: bytes, now: float) -> byte
 
 def abort_wait(e: Engine, s: Session) -> bytes | None:
     """The client half-closed while waiting: TIMED_OUT (None if it was not waiting)."""
-    return p.TIMED_OUT if e.abort_wait(s) else None
+    return p.TIMED_OUT if e.waiters.abort(s) else None
 
 
 def deliveries(e: Engine) -> list[tuple[Session, bytes]]:
     """The replies of blocked reserves that ended since the last call, in order."""
-    return [(s, reserved(r)) for s, r in e.take_deliveries()]
+    return [(s, reserved(r)) for s, r in e.waiters.take()]
 
 
 def reserved(r: Result) -> bytes:
@@ -195,7 +195,7 @@ def _stats(e: Engine, s: Session, cmd: p.Stats, now: float) -> bytes | None:
         connections=e.connections,
         producers=e.producers,
         workers=e.workers,
-        waiting=e.waiting,
+        waiting=e.waiters.count,
         total_connections=e.total_connections,
         uptime=now - e.started,
         binlog=e.journal.stats(),

@@ -3,8 +3,9 @@
 A ``ServerConn`` is watched directly by the server's ``loop.Loop`` (its epoll set): a
 readable socket costs one ``recv_into``, its replies one ``send``. What the bytes mean is
 the ``framing.Framer``'s business: the connection feeds it what it reads, runs the events
-that come out against the engine in turns (a bounded amount of work each, the rest on the
-next loop iteration) and writes the replies of one turn together. A blocked reserve
+that come out against the engine in turns (``commands.run_turn``: a bounded amount of
+work each, the rest on the next loop iteration) and writes the replies of one turn
+together. A blocked reserve
 holds the connection's later commands until it is answered.
 
 Memory per connection is bounded: unprocessed input past ``INPUT_LIMIT`` stops reading
@@ -18,15 +19,13 @@ from __future__ import annotations
 
 import socket
 import sys
-import time
 from select import EPOLLIN, EPOLLOUT
 from typing import TYPE_CHECKING
 
 from cmdstalk_py.server import commands
+from cmdstalk_py.server.commands import FLUSH_AT, TURN_COMMANDS, TURN_SECONDS, TurnEnd
 from cmdstalk_py.server.conn_state import TRANSITIONS, State
-from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
-from cmdstalk_py.server.protocol import TIMED_OUT
-from cmdstalk_py.server.verbs import Put, Quit, Rejected
+from cmdstalk_py.server.framing import Framer
 
 if TYPE_CHECKING:
     from cmdstalk_py.server.net import Server
@@ -45,25 +44,11 @@ INPUT_LIMIT = 1 << 20
 #: (after that) it starts again.
 WRITE_HIGH = 1 << 20
 WRITE_LOW = WRITE_HIGH // 4
-#: A connection's turn: it runs at most this many commands, for at most this many
-#: seconds, or until FLUSH_AT reply bytes are pending, then lets the other connections
-#: have theirs and goes on in the next loop iteration. A client pipelining thousands of
-#: commands in one write must not make every other client wait for all of them
-#: (beanstalkd serves one command per connection per turn; a few hundred here keep the
-#: loop's overhead per command small, and the time bound covers costly commands).
-TURN_COMMANDS = 256
-TURN_SECONDS = 0.005
-FLUSH_AT = 1 << 18
 
-_clock = time.monotonic
-_HANDLERS = commands.COMMANDS
-_put_body = commands.put_body
-# How a turn ended: input left (a blocked reserve, the end of its turn, output backing
-# up), every complete command done, or quit.
-_STOPPED = 0
-_EXHAUSTED = 1
-_QUIT = 2
-
+_run_turn = commands.run_turn
+_EXHAUSTED = TurnEnd.EXHAUSTED
+_WAITS = TurnEnd.WAITING
+_QUIT = TurnEnd.QUIT
 
 _OPEN = State.OPEN
 _WAITING = State.WAITING
@@ -92,7 +77,6 @@ class ServerConn:
         "session",
         "sock",
         "state",
-        "withheld",
     )
 
     def __init__(self, server: Server, sock: socket.socket) -> None:
@@ -106,8 +90,6 @@ class ServerConn:
         # Flow control, not a state: unsent (or held) output passed WRITE_HIGH and has not
         # drained to WRITE_LOW yet, so input waits. It can start while WAITING.
         self.backed_up = False
-        #: The reply of a put rejected with JOB_TOO_BIG, due once its body is thrown away.
-        self.withheld: bytes | None = None
         self.out: list[bytes] = []  # output the kernel did not take yet
         self.out_size = 0
         # -f 0: replies waiting for the journal's next fsync (see Server._journal_tick).
@@ -352,82 +334,28 @@ class ServerConn:
         self._update_mask()  # reading may have stopped while the input was held
 
     def _run(self) -> None:
-        """One turn: run the complete commands in the input, in order, one write each turn.
-
-        Stops at a blocked reserve, at ``quit``, when the output backs up and at the end of
-        its turn (the rest stays in the framer); at the end of input, closes once nothing
-        complete is left. The framer's ``events()`` hands over every complete event of the
-        input in one iteration, and each command goes straight to its handler in
-        ``commands.COMMANDS``: per read, this loop is most of what the server does.
-        """
+        """One turn (``commands.run_turn``): the complete commands in the input, in order,
+        their replies in one write; then wait, close, or schedule the next turn."""
         framer = self.framer
-        engine = self.engine
-        session = self.session
-        handlers = _HANDLERS
-        out: list[bytes] = []
-        out_size = 0
-        budget = TURN_COMMANDS
-        # Puts of one batch share one clock reading: their jobs then share one float
-        # object for their creation time, which matters on pipelined fills.
-        now = put_now = _clock()
-        turn_ends = now + TURN_SECONDS
-        ended = _STOPPED
         try:
-            for event in framer.events():
-                kind = type(event)
-                if kind is PutBody:
-                    body: PutBody = event  # type: ignore[assignment]
-                    reply: bytes | None = _put_body(engine, session, body.put, body.body, put_now)
-                elif kind is Put:
-                    engine.begin_put(session)
-                    continue
-                elif kind is Quit:
-                    ended = _QUIT
-                    break
-                elif kind is BodySkipped:
-                    reply = self.withheld
-                    self.withheld = None
-                else:
-                    # The clock is read per command, like 1.12: times in replies must not lag.
-                    now = _clock()
-                    reply = handlers[kind](engine, session, event, now)
-                    if reply is None:
-                        if not framer.eof:
-                            self._wait()
-                            break
-                        reply = commands.abort_wait(engine, session) or TIMED_OUT
-                    elif kind is Rejected and event.skip:  # type: ignore[union-attr]
-                        self.withheld = reply  # due once the announced body is thrown away
-                        continue
-                out.append(reply)  # type: ignore[arg-type]
-                out_size += len(reply)  # type: ignore[arg-type]
-                budget -= 1
-                # The time bound looks at the clock read before the last command (puts,
-                # which cost little, are bounded by the count): a turn may run one costly
-                # command past it.
-                if not budget or out_size > FLUSH_AT or now > turn_ends:
-                    break
-            else:
-                ended = _EXHAUSTED
+            out, end = _run_turn(self.engine, self.session, framer.events(), framer.eof)
         except Exception as exc:  # never let one client take the server down
             print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
             self.teardown()
             return
-        self._end_turn(out, ended)
-
-    def _end_turn(self, out: list[bytes], ended: int) -> None:
-        """Send the turn's replies in one piece; close, or schedule the next turn."""
         if out:
             self.send(out[0] if len(out) == 1 else b"".join(out))
-        if ended == _EXHAUSTED:
-            if self.framer.eof:
+        if end is _EXHAUSTED:
+            if framer.eof:
                 self.close_when_done()
                 return
-        elif ended == _QUIT:
+        elif end is _WAITS:
+            self._wait()
+        elif end is _QUIT:
             self.close_when_done()
             return
         elif self.state is _OPEN and not self.backed_up:
             self._schedule_resume()  # its turn is over (backed up: resumed once drained)
         held_back = self.state is not _OPEN or self.backed_up or self.resume_pending
-        if held_back and self.framer.buffered > INPUT_LIMIT:
+        if held_back and framer.buffered > INPUT_LIMIT:
             self._update_mask()  # held back past the bound: the kernel buffers the rest

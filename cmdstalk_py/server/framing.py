@@ -145,15 +145,9 @@ class Framer:
                     end = n
                 i = buf.find(b"\r", pos, end - 1)
                 if i < 0 or buf[i + 1] != 10:
-                    if end - pos < _WINDOW:
-                        if not self._join():
-                            return
-                    else:
-                        # A full window without a line end: drop it, then up to a CRLF.
-                        self._pos = end
-                        # LINE -> LONG_LINE
-                        self.mode = mode = _LONG_LINE
-                    buf, pos = self._buf, self._pos
+                    if not self._no_line_end(end):
+                        return
+                    buf, pos, mode = self._buf, self._pos, self.mode
                     n = len(buf)
                     continue
                 cmd = parse(buf[pos:i], max_job_size)
@@ -191,6 +185,17 @@ class Framer:
                 yield event
 
     # ---------------------------------------------------------------- lines past the window
+
+    def _no_line_end(self, end: int) -> bool:
+        """No line end before ``end``: join more input (False: none came) or, past a full
+        window, give up on the line."""
+        if end - self._pos < _WINDOW:
+            return self._join()
+        # A full window without a line end: drop it, then discard up to a CRLF.
+        self._pos = end
+        # LINE -> LONG_LINE
+        self.mode = _LONG_LINE
+        return True
 
     def _long_line(self) -> Event | None:
         while True:

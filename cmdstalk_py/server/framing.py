@@ -1,7 +1,8 @@
 """Framing, sans-IO: a connection's input bytes in, its commands out, in order.
 
 Bytes go in with :meth:`Framer.receive_data` (``b""`` is the end of input); complete
-events come out of :meth:`Framer.next_event`, ``None`` meaning "more bytes needed". No
+events come out of a pass of :meth:`Framer.events` (what the connection iterates), or
+one at a time from :meth:`Framer.next_event`, ``None`` meaning "more bytes needed". No
 socket, no clock, no engine: the connection (``conn``) feeds it what it reads and runs
 what comes out, and stops pulling whenever it must wait (a blocked reserve, ``quit``,
 a client that does not read its replies); the unread input stays here.
@@ -52,7 +53,7 @@ class BodySkipped(NamedTuple):
     rejected: Rejected
 
 
-#: What :meth:`Framer.next_event` returns.
+#: What :meth:`Framer.events` yields.
 Event = Command | PutBody | BodySkipped
 #: The event for a line longer than the window (after its CRLF has been found).
 LINE_TOO_LONG = REJECT_BAD_FORMAT
@@ -125,10 +126,9 @@ class Framer:
         """The complete events in the input, in order, until more input is needed.
 
         The caller may stop pulling at any event (a blocked reserve, ``quit``, output
-        backing up): everything after the last event pulled stays unread here, and the
-        framer's fields are up to date at every ``yield``. Input received while a pass is
-        suspended may be left for the next pass. One iteration per event, with the
-        position in locals, is what keeps a pipelined batch cheap.
+        backing up): the rest stays unread here, the framer's fields being up to date at
+        every ``yield``; input received while a pass is suspended may be left for the
+        next one. One iteration per event, position in locals: a pipelined batch is cheap.
         """
         parse = _parse
         max_job_size = self.max_job_size

@@ -20,8 +20,6 @@ from cmdstalk_py.server.loop import Loop
 from cmdstalk_py.server.net import Server
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from cmdstalk_py.server.binlog.adapter import BinlogJournal
     from cmdstalk_py.server.binlog.fsops import FileOps
 
@@ -55,16 +53,18 @@ class Assembly:
         loop = Loop()
         binlog: BinlogJournal | None = None
         try:
-            with _collector_paused(config.binlog_dir is not None):
-                if config.binlog_dir is not None:
-                    # Only a binlog loads the binlog package.
-                    from cmdstalk_py.server.durable import open_journal
+            if config.binlog_dir is not None:
+                # Only a binlog loads the binlog package.
+                from cmdstalk_py.server.binlog.recovery import collector_paused
+                from cmdstalk_py.server.durable import open_journal
 
+                with collector_paused():  # reading the log and rebuilding its jobs
                     binlog = open_journal(config.binlog_dir, config, file_ops)
-                hook = binlog or journal or NullJournal(config.segment_size)
-                engine = Engine(loop.time(), config.max_job_size, hook)
-                if binlog is not None:
+                    engine = Engine(loop.time(), config.max_job_size, binlog)
                     _restore(binlog, engine, loop.time(), config.freeze_recovered)
+            else:
+                hook = journal or NullJournal(config.segment_size)
+                engine = Engine(loop.time(), config.max_job_size, hook)
             return cls(loop, engine, Server(engine, loop, binlog), binlog)
         except BaseException:
             loop.close()
@@ -91,21 +91,6 @@ class Assembly:
             if self.binlog is not None:
                 binlog, self.binlog = self.binlog, None
                 binlog.close()
-
-
-@contextlib.contextmanager
-def _collector_paused(pause: bool) -> Iterator[None]:
-    """Recovery without the cyclic garbage collector: reading the log and rebuilding the
-    jobs make nothing but long-lived objects without cycles, and every full collection
-    meanwhile would walk all of those made so far (figures: benchmarks/README.md)."""
-    was_enabled = gc.isenabled()
-    if pause:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if pause and was_enabled:
-            gc.enable()
 
 
 def _restore(binlog: BinlogJournal, engine: Engine, now: float, freeze: bool) -> None:

@@ -1,9 +1,10 @@
-"""Recovery's cost: the log read in one decoder call per segment, without the collector.
+"""Recovery's cost: the log read without the cyclic garbage collector.
 
 Reading the log and rebuilding the jobs make nothing but long-lived objects without
 cycles; a cyclic garbage collection meanwhile only walks what was made so far, again and
-again. Recovery (``Assembly.open`` with a binlog directory) therefore runs with the
-collector paused and gives it back as it found it. Timed figures: benchmarks/README.md.
+again. Recovery (``Binlog``, and ``Assembly.open`` with a binlog directory, which also
+rebuilds the jobs) therefore runs with the collector paused and gives it back as it found
+it. Timed figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -71,6 +72,22 @@ def test_recovery_runs_without_the_collector_and_gives_it_back(logged: str) -> N
     # objects made: dozens here).
     assert collections <= 1, collections
     assert gc.isenabled()
+
+
+def test_the_binlog_alone_recovers_without_the_collector(logged: str) -> None:
+    """``Binlog`` opened by other code than the server (tools, tests) recovers the same way."""
+    counter = Collections()
+    gc.callbacks.append(counter)
+    try:
+        binlog = Binlog(logged, BinlogOptions(fsync_ms=None))
+    finally:
+        gc.callbacks.remove(counter)
+    try:
+        assert len(binlog.recovery.jobs) == JOBS
+        assert counter.runs <= 1, counter.runs
+        assert gc.isenabled()
+    finally:
+        binlog.close()
 
 
 def test_a_disabled_collector_stays_disabled(logged: str) -> None:

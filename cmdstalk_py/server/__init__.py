@@ -12,18 +12,21 @@ Modules, from the command line inwards:
 - ``listen``, ``net``, ``loop``: listening sockets (and the default address; a unix socket
   path is only ever replaced when stale), accepting connections and driving timers and
   the journal on one epoll event loop.
-- ``conn``: ``ServerConn``, the server's end of one client connection: socket I/O, its
-  turns (a bounded amount of work each, so that a pipelining client does not hold up the
-  others), flow control (input limit, output high/low water), held ``-f 0`` replies, closing;
+- ``conn``: ``ServerConn``, the server's end of one client connection: socket I/O, when
+  it takes its turns (so that a pipelining client does not hold up the others), flow
+  control (input limit, output high/low water), held ``-f 0`` replies, closing;
   ``conn_state``: its ``State`` enum and allowed transitions.
 - ``framing``: the sans-IO ``Framer``: input bytes in, command events out (lines, put
   bodies, JOB_TOO_BIG skips, over-long lines); ``protocol``: command lines into ``verbs``
   values (the grammar); ``replies``: the reply-word table and rendering; ``scan``: 1.12's
   number scanning; ``limits``: protocol limits.
 - ``commands``: the dispatcher: a command value in, one engine call, its reply bytes out
-  (also the replies of reserves that waited).
+  (also the replies of reserves that waited); ``run_turn`` runs a connection's framed
+  events through it within a turn's bounds (commands, reply bytes, time).
 - ``engine``: the queue engine, driven by the caller's clock: every job state transition,
-  answering with the job or an ``outcome``; ``store``: where a job sits for its state;
+  answering with the job or an ``outcome``; ``waiters``: blocked reserves (who waits, in
+  which order they are served, wake-ups for a timeout or DEADLINE_SOON, a half-close, the
+  answers queued for the connections); ``store``: where a job sits for its state;
   ``alarms``: its timers; ``job``, ``tube`` (tubes, the set of live tubes), ``ready``,
   ``heap``: its data structures; ``session``: a connection as the engine sees it (watch
   list, reservations and the soonest of them), and the DEADLINE_SOON rule; ``stats``: the

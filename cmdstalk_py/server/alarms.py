@@ -49,6 +49,7 @@ class Alarms:
         #: reference to this list stays valid.
         self.heap: list[Alarm] = []
         self.seq = 0
+        #: Alarms whose object moved on: the owner of that move counts them here.
         self.stale = 0
 
     def add(self, when: float, kind: int, obj: Any) -> int:
@@ -58,10 +59,6 @@ class Alarms:
         if self.stale > _SWEEP_FLOOR and self.stale * 2 > len(self.heap):
             self._sweep()
         return seq
-
-    def went_stale(self) -> None:
-        """An alarm's object moved on: count it towards the next sweep."""
-        self.stale += 1
 
     def next_deadline(self) -> float | None:
         """When the earliest alarm is due (None: none set)."""

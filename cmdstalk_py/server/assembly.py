@@ -55,13 +55,16 @@ class Assembly:
         try:
             if config.binlog_dir is not None:
                 # Only a binlog loads the binlog package.
+                from cmdstalk_py.server.binlog.recovery import collector_paused
                 from cmdstalk_py.server.durable import open_journal
 
-                binlog = open_journal(config.binlog_dir, config, file_ops)
-            hook = binlog or journal or NullJournal(config.segment_size)
-            engine = Engine(loop.time(), config.max_job_size, hook)
-            if binlog is not None:
-                _restore(binlog, engine, loop.time(), config.freeze_recovered)
+                with collector_paused():  # reading the log and rebuilding its jobs
+                    binlog = open_journal(config.binlog_dir, config, file_ops)
+                    engine = Engine(loop.time(), config.max_job_size, binlog)
+                    _restore(binlog, engine, loop.time(), config.freeze_recovered)
+            else:
+                hook = journal or NullJournal(config.segment_size)
+                engine = Engine(loop.time(), config.max_job_size, hook)
             return cls(loop, engine, Server(engine, loop, binlog), binlog)
         except BaseException:
             loop.close()

@@ -6,19 +6,23 @@ One small function per command, looked up by the command's type (the values of
 words and renderers of :mod:`cmdstalk_py.server.protocol`. Counters follow §3.3: a
 command is counted once its arguments parsed, before it is known whether it succeeds.
 
-The network layer calls four functions: :func:`execute` for a command line,
-:func:`put_body` once a put's body has arrived, :func:`abort_wait` when a waiting client
-half-closes, and :func:`deliveries` for the answers of blocked reserves that the engine
-produced since (a put, release, kick, TTR expiry, pause end or timeout served them).
+The connection runs the framed events of its input through :func:`run_turn` (a bounded
+batch, one reply list); :func:`execute` runs one command line, :func:`put_body` creates a
+put's job once its body has arrived, :func:`abort_wait` answers a waiting client that
+half-closes, and :func:`deliveries` renders the answers of blocked reserves that the
+engine produced since (a put, release, kick, TTR expiry, pause end or timeout served them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine, Result
+from cmdstalk_py.server.framing import BodySkipped, Event, PutBody
 from cmdstalk_py.server.job import Job
 from cmdstalk_py.server.outcome import JOURNAL_FAILED, WAITING, Outcome
 from cmdstalk_py.server.session import Session
@@ -35,6 +39,83 @@ OUTCOME_REPLIES: dict[Outcome, bytes] = {
     Outcome.TIMED_OUT: p.TIMED_OUT,
     Outcome.DEADLINE_SOON: p.DEADLINE_SOON,
 }
+
+
+#: A turn runs at most this many commands, for at most this many seconds, or until
+#: FLUSH_AT reply bytes are pending. A client pipelining thousands of commands in one
+#: write must not make every other client wait for all of them (beanstalkd serves one
+#: command per connection per turn; a few hundred here keep the loop's overhead per
+#: command small, and the time bound covers costly commands).
+TURN_COMMANDS = 256
+TURN_SECONDS = 0.005
+FLUSH_AT = 1 << 18
+
+
+class TurnEnd(enum.Enum):
+    """How :func:`run_turn` ended."""
+
+    EXHAUSTED = "exhausted"  # every complete event ran
+    STOPPED = "stopped"  # the turn's bounds ran out: the rest is for the next turn
+    WAITING = "waiting"  # a reserve found no job: the connection waits, its input too
+    QUIT = "quit"
+
+
+_EXHAUSTED = TurnEnd.EXHAUSTED
+_clock = time.monotonic
+_Put = p.Put
+_Quit = p.Quit
+_Rejected = p.Rejected
+
+
+def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
+    tuple[list[bytes], TurnEnd]
+):
+    """Run framed ``events`` in order within one turn's bounds: the replies, and why it
+    stopped (the events not pulled stay with the framer).
+
+    ``eof``: the client half-closed, so a reserve that would wait times out at once.
+    Per read, this loop is most of what the server does: each command goes straight to
+    its handler in :data:`COMMANDS`.
+    """
+    out: list[bytes] = []
+    out_size = 0
+    budget = TURN_COMMANDS
+    # Puts of one turn share one clock reading: their jobs then share one float object
+    # for their creation time, which matters on pipelined fills.
+    now = put_now = _clock()
+    turn_ends = now + TURN_SECONDS
+    handlers = COMMANDS
+    for event in events:
+        kind = type(event)
+        if kind is PutBody:
+            body: PutBody = event  # type: ignore[assignment]
+            reply = put_body(e, s, body.put, body.body, put_now)
+        elif kind is _Put:
+            e.begin_put(s)
+            continue
+        elif kind is _Quit:
+            return out, TurnEnd.QUIT
+        elif kind is BodySkipped:
+            reply = event.rejected.reply  # type: ignore[union-attr]  # counted at its line
+        else:
+            # The clock is read per command, like 1.12: times in replies must not lag.
+            now = _clock()
+            answer = handlers[kind](e, s, event, now)
+            if answer is None:
+                if not eof:
+                    return out, TurnEnd.WAITING
+                answer = abort_wait(e, s) or p.TIMED_OUT
+            elif kind is _Rejected and event.skip:  # type: ignore[union-attr]
+                continue  # answered once the announced body is thrown away
+            reply = answer
+        out.append(reply)
+        out_size += len(reply)
+        budget -= 1
+        # The time bound looks at the clock read before the last command (puts, which
+        # cost little, are bounded by the count): one costly command may overrun it.
+        if not budget or out_size > FLUSH_AT or now > turn_ends:
+            return out, TurnEnd.STOPPED
+    return out, _EXHAUSTED
 
 
 def execute(e: Engine, s: Session, cmd: p.Command, now: float) -> bytes | None:
@@ -57,12 +138,12 @@ def put_body(e: Engine, s: Session, cmd: p.Put, body: bytes, now: float) -> byte
 
 def abort_wait(e: Engine, s: Session) -> bytes | None:
     """The client half-closed while waiting: TIMED_OUT (None if it was not waiting)."""
-    return p.TIMED_OUT if e.abort_wait(s) else None
+    return p.TIMED_OUT if e.waiters.abort(s) else None
 
 
 def deliveries(e: Engine) -> list[tuple[Session, bytes]]:
     """The replies of blocked reserves that ended since the last call, in order."""
-    return [(s, reserved(r)) for s, r in e.take_deliveries()]
+    return [(s, reserved(r)) for s, r in e.waiters.take()]
 
 
 def reserved(r: Result) -> bytes:
@@ -195,7 +276,7 @@ def _stats(e: Engine, s: Session, cmd: p.Stats, now: float) -> bytes | None:
         connections=e.connections,
         producers=e.producers,
         workers=e.workers,
-        waiting=e.waiting,
+        waiting=e.waiters.count,
         total_connections=e.total_connections,
         uptime=now - e.started,
         binlog=e.journal.stats(),

@@ -3,8 +3,9 @@
 A ``ServerConn`` is watched directly by the server's ``loop.Loop`` (its epoll set): a
 readable socket costs one ``recv_into``, its replies one ``send``. What the bytes mean is
 the ``framing.Framer``'s business: the connection feeds it what it reads, runs the events
-that come out against the engine in turns (a bounded amount of work each, the rest on the
-next loop iteration) and writes the replies of one turn together. A blocked reserve
+that come out against the engine in turns (``commands.run_turn``: a bounded amount of
+work each, the rest on the next loop iteration) and writes the replies of one turn
+together. A blocked reserve
 holds the connection's later commands until it is answered.
 
 Memory per connection is bounded: unprocessed input past ``INPUT_LIMIT`` stops reading
@@ -18,15 +19,13 @@ from __future__ import annotations
 
 import socket
 import sys
-import time
 from select import EPOLLIN, EPOLLOUT
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from cmdstalk_py.server import commands
+from cmdstalk_py.server.commands import FLUSH_AT, TURN_COMMANDS, TURN_SECONDS, TurnEnd
 from cmdstalk_py.server.conn_state import TRANSITIONS, State
-from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
-from cmdstalk_py.server.protocol import TIMED_OUT
-from cmdstalk_py.server.verbs import Put, Quit, Rejected
+from cmdstalk_py.server.framing import Framer
 
 if TYPE_CHECKING:
     from cmdstalk_py.server.net import Server
@@ -45,18 +44,11 @@ INPUT_LIMIT = 1 << 20
 #: (after that) it starts again.
 WRITE_HIGH = 1 << 20
 WRITE_LOW = WRITE_HIGH // 4
-#: A connection's turn: it runs at most this many commands, for at most this many
-#: seconds, or until FLUSH_AT reply bytes are pending, then lets the other connections
-#: have theirs and goes on in the next loop iteration. A client pipelining thousands of
-#: commands in one write must not make every other client wait for all of them
-#: (beanstalkd serves one command per connection per turn; a few hundred here keep the
-#: loop's overhead per command small, and the time bound covers costly commands).
-TURN_COMMANDS = 256
-TURN_SECONDS = 0.005
-FLUSH_AT = 1 << 18
 
-_clock = time.monotonic
-
+_run_turn = commands.run_turn
+_EXHAUSTED = TurnEnd.EXHAUSTED
+_WAITS = TurnEnd.WAITING
+_QUIT = TurnEnd.QUIT
 
 _OPEN = State.OPEN
 _WAITING = State.WAITING
@@ -85,7 +77,6 @@ class ServerConn:
         "session",
         "sock",
         "state",
-        "withheld",
     )
 
     def __init__(self, server: Server, sock: socket.socket) -> None:
@@ -99,8 +90,6 @@ class ServerConn:
         # Flow control, not a state: unsent (or held) output passed WRITE_HIGH and has not
         # drained to WRITE_LOW yet, so input waits. It can start while WAITING.
         self.backed_up = False
-        #: The reply of a put rejected with JOB_TOO_BIG, due once its body is thrown away.
-        self.withheld: bytes | None = None
         self.out: list[bytes] = []  # output the kernel did not take yet
         self.out_size = 0
         # -f 0: replies waiting for the journal's next fsync (see Server._journal_tick).
@@ -269,26 +258,20 @@ class ServerConn:
 
     # ---------------------------------------------------------------- output
 
-    def send(self, data: bytes) -> None:
-        """The one way out for replies: written now, or held until the journal syncs."""
-        server = self.server
-        if self.hold and (self.held or server.durable.needs_sync):  # type: ignore[union-attr]
+    def send(self, data: bytes, released: bool = False) -> None:
+        """The one way out for replies: held until the journal syncs (``-f 0``), queued
+        behind unsent output, or written now. ``released``: the held replies, synced."""
+        if self.hold and not released and (
+            self.held or self.server.durable.needs_sync  # type: ignore[union-attr]
+        ):
             if not self.held:
-                server.holders[self] = None
+                self.server.holders[self] = None
             self.held.append(data)
             self.held_size += len(data)
             if self.held_size > WRITE_HIGH:
                 # Bound what one connection can pile up while the disk is slow or failing.
                 self.backed_up = True
-        else:
-            self._write(data)
-
-    def flush(self, out: list[bytes]) -> None:
-        """Send the replies collected so far, in one piece."""
-        if out:
-            self.send(out[0] if len(out) == 1 else b"".join(out))
-
-    def _write(self, data: bytes) -> None:
+            return
         if self.out:
             self.out.append(data)
             self.out_size += len(data)
@@ -320,7 +303,7 @@ class ServerConn:
         self.held_size = 0
         if self.state is _CLOSED:
             return
-        self._write(data)
+        self.send(data, released=True)
         if self.state is _CLOSING and not self.out:
             self.teardown()
             return
@@ -351,73 +334,28 @@ class ServerConn:
         self._update_mask()  # reading may have stopped while the input was held
 
     def _run(self) -> None:
+        """One turn (``commands.run_turn``): the complete commands in the input, in order,
+        their replies in one write; then wait, close, or schedule the next turn."""
+        framer = self.framer
         try:
-            self._run_commands()
+            out, end = _run_turn(self.engine, self.session, framer.events(), framer.eof)
         except Exception as exc:  # never let one client take the server down
             print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
             self.teardown()
-
-    def _run_commands(self) -> None:
-        """One turn: run the complete commands in the input, in order, one write each turn.
-
-        Stops at a blocked reserve, at ``quit``, when the output backs up and at the end of
-        its turn (the rest stays in the framer); at the end of input, closes once nothing
-        complete is left.
-        """
-        framer = self.framer
-        next_event = framer.next_event
-        engine = self.engine
-        execute = commands.execute
-        session = self.session
-        out: list[bytes] = []
-        out_size = 0
-        budget = TURN_COMMANDS
-        # Puts of one batch share one clock reading: their jobs then share one float
-        # object for their creation time, which matters on pipelined fills.
-        put_now = _clock()
-        turn_ends = put_now + TURN_SECONDS
-        while (event := next_event()) is not None:
-            kind = type(event)
-            if kind is PutBody:
-                body = cast(PutBody, event)
-                reply: bytes | None = commands.put_body(
-                    engine, session, body.put, body.body, put_now
-                )
-            elif kind is Put:
-                engine.begin_put(session)
-                continue
-            elif kind is Rejected:
-                reply = execute(engine, session, event, 0.0)  # type: ignore[arg-type]
-                if event.skip:  # type: ignore[union-attr]
-                    self.withheld = reply  # due once the announced body is thrown away
-                    continue
-            elif kind is BodySkipped:
-                reply = self.withheld
-                self.withheld = None
-            elif kind is Quit:
-                self.flush(out)
-                self.close_when_done()
-                return
-            else:
-                # The clock is read per command, like 1.12: times in replies must not lag.
-                reply = execute(engine, session, event, _clock())  # type: ignore[arg-type]
-                if reply is None:
-                    if not framer.eof:
-                        self._wait()
-                        break
-                    reply = commands.abort_wait(engine, session) or TIMED_OUT
-            if reply is not None:
-                out.append(reply)
-                out_size += len(reply)
-            budget -= 1
-            if not budget or out_size > FLUSH_AT or _clock() > turn_ends:
-                break
-        self.flush(out)
-        if event is None:
+            return
+        if out:
+            self.send(out[0] if len(out) == 1 else b"".join(out))
+        if end is _EXHAUSTED:
             if framer.eof:
                 self.close_when_done()
                 return
+        elif end is _WAITS:
+            self._wait()
+        elif end is _QUIT:
+            self.close_when_done()
+            return
         elif self.state is _OPEN and not self.backed_up:
             self._schedule_resume()  # its turn is over (backed up: resumed once drained)
-        if framer.buffered > INPUT_LIMIT:
-            self._update_mask()
+        held_back = self.state is not _OPEN or self.backed_up or self.resume_pending
+        if held_back and framer.buffered > INPUT_LIMIT:
+            self._update_mask()  # held back past the bound: the kernel buffers the rest

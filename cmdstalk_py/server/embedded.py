@@ -39,7 +39,8 @@ class EmbeddedServer:
     Durability, as ``cmdstalk-server -b DIR -f MS -F -s BYTES``: ``binlog_dir`` (``-b``;
     locked and recovered by :meth:`start`, which raises
     :class:`~cmdstalk_py.server.binlog.BinlogError` when it cannot be used, e.g. another
-    server holds it), ``fsync_ms`` (``-f``, default 50; 0 = fsync before every reply that
+    server holds it; the process's cyclic garbage collector is paused while it recovers,
+    then given back as it was), ``fsync_ms`` (``-f``, default 50; 0 = fsync before every reply that
     changes state), ``fsync_never`` (``-F``), ``segment_size`` (``-s``; also shown by
     ``stats`` without a binlog). ``file_ops`` replaces the binlog's file operations (fault
     injection in tests).

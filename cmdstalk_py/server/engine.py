@@ -10,7 +10,7 @@ It returns the job or an :class:`~cmdstalk_py.server.outcome.Outcome`, never byt
 Every method takes ``now`` (seconds, any monotonic clock); nothing here reads a clock or
 sleeps. :meth:`Engine.tick` performs what is due (delayed jobs becoming ready, TTR expiry,
 pause ends, reserve timeouts and DEADLINE_SOON) and returns when it next needs to run.
-Answers to connections blocked in a reserve are queued for :meth:`Engine.take_deliveries`.
+Blocked reserves (who waits, wake-ups, answers) are :mod:`~cmdstalk_py.server.waiters`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from cmdstalk_py.server.alarms import DELAY, PAUSE, TTR, WAIT, Alarms
+from cmdstalk_py.server.alarms import DELAY, PAUSE, TTR, Alarms
 from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Job, Mark
 from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
@@ -27,6 +27,7 @@ from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
 from cmdstalk_py.server.store import JobStore
 from cmdstalk_py.server.tube import Tube, best_ready
+from cmdstalk_py.server.waiters import Waiters
 
 #: What a transition hands back: the job it moved, or why it did not.
 Result = Job | Outcome
@@ -67,9 +68,8 @@ class Engine:
         self.total_connections = 0
         self.producers = 0
         self.workers = 0
-        self.waiting = 0
-        #: (session, answer) for connections whose blocked reserve just ended.
-        self.deliveries: list[tuple[Session, Result]] = []
+        #: Connections blocked in a reserve, and the answers they are due.
+        self.waiters = Waiters(self._alarms)
 
     # ---------------------------------------------------------------- connections
 
@@ -88,7 +88,7 @@ class Engine:
             return
         session.closed = True
         if session.waiting:
-            self._end_wait(session)
+            self.waiters.end(session)
         touched: dict[Tube, None] = {}
         for job in list(session.reserved):
             # RESERVED -> READY: its connection is gone (cannot be refused, see journal.py).
@@ -98,7 +98,7 @@ class Engine:
             self.store.place(job)
             touched[job.tube] = None
         if touched:
-            self._process_queue(list(touched), now)
+            self.waiters.process_queue(list(touched), now, self._serve)
         self.tubes.leave(session)
         if session.producer:
             self.producers -= 1
@@ -106,25 +106,7 @@ class Engine:
             self.workers -= 1
         self.connections -= 1
 
-    def take_deliveries(self) -> list[tuple[Session, Result]]:
-        """Answers for blocked reserves produced since the last call: a reserved job,
-        TIMED_OUT, DEADLINE_SOON or JOURNAL_FAILED."""
-        out = self.deliveries
-        self.deliveries = []
-        return out
-
-    def abort_wait(self, session: Session) -> bool:
-        """The client half-closed while waiting: stop (False if it was not waiting)."""
-        if not session.waiting:
-            return False
-        self._end_wait(session)
-        return True
-
     # ---------------------------------------------------------------- tubes
-
-    def tube(self, name: bytes) -> Tube:
-        """The tube called ``name``, created if needed (for jobs restored by a journal)."""
-        return self.tubes.tube(name)
 
     def pause_tube(self, name: bytes, delay: int, now: float) -> Tube | Outcome:
         """No job of ``name`` is reserved for ``delay`` seconds."""
@@ -138,7 +120,6 @@ class Engine:
         t.unpause_at = now + delay
         self._alarms.add(t.unpause_at, PAUSE, t)
         return t
-
 
     # ---------------------------------------------------------------- transitions
 
@@ -183,7 +164,7 @@ class Engine:
         """READY -> RESERVED: the best job of ``s``'s watched tubes.
 
         ``timeout`` -1 waits for ever, 0 not at all. Without a job at hand: DEADLINE_SOON,
-        TIMED_OUT, or WAITING (the answer comes later through :meth:`take_deliveries`).
+        TIMED_OUT, or WAITING (the answer comes later, through ``waiters``).
         """
         if not s.worker:
             s.worker = True
@@ -196,9 +177,7 @@ class Engine:
             return Outcome.DEADLINE_SOON
         if timeout == 0:
             return Outcome.TIMED_OUT
-        s.start_wait(timeout, now)
-        self.waiting += 1
-        self._arm_waiter(s)
+        self.waiters.start(s, timeout, now)
         return Outcome.WAITING
 
     def reserve_job(self, s: Session, job_id: int, now: float) -> Result:
@@ -315,11 +294,9 @@ class Engine:
         self._make_ready(job, now)
 
     def restore(self, job: Job, tube_name: bytes, now: float) -> None:
-        """Add a job recovered from a journal (reserved jobs come back ready).
-
-        ``job.state``/``deadline`` say where it goes; the id counter moves past its id.
-        """
-        job.tube = self.tube(tube_name)
+        """Add a job recovered from a journal where its state and deadline say (a reserved
+        one comes back ready); the id counter moves past its id."""
+        job.tube = self.tubes.tube(tube_name)
         if job.state is RESERVED:
             job.state = READY
         self.store.add(job)
@@ -391,39 +368,12 @@ class Engine:
         waiting = t.waiting
         if waiting and not t.paused:
             s = next(iter(waiting))
-            self._end_wait(s)
+            self.waiters.end(s)
             if self._reserve(s, job, now):
-                self.deliveries.append((s, job))
+                self.waiters.answer(s, job)
                 return
-            self.deliveries.append((s, _JOURNAL_FAILED))
+            self.waiters.answer(s, _JOURNAL_FAILED)
         self.store.place(job)
-
-    # ---------------------------------------------------------------- waiting reserves
-
-    def _arm_waiter(self, s: Session) -> None:
-        wake = s.wake_at()
-        if wake is not None:
-            s.wake_seq = self._alarms.add(wake, WAIT, s)
-
-    def _end_wait(self, s: Session) -> None:
-        s.end_wait()
-        self.waiting -= 1
-
-    def _process_queue(self, tubes: list[Tube], now: float) -> None:
-        # 1.12's process_queue restricted to the tubes that just gained ready jobs: give the
-        # best (pri, id) job among tubes with waiters to that tube's first waiter, repeat.
-        while (best := best_ready(t for t in tubes if t.waiting)) is not None:
-            s = next(iter(best.waiting))
-            self._end_wait(s)
-            self.deliveries.append((s, self._serve(s, best, now)))
-
-    def _wake_waiter(self, s: Session, now: float) -> None:
-        over = s.wait_over(now)
-        if over is None:
-            self._arm_waiter(s)
-        else:
-            self._end_wait(s)
-            self.deliveries.append((s, over))
 
     # ---------------------------------------------------------------- the clock
 
@@ -443,7 +393,7 @@ class Engine:
             elif kind == PAUSE:
                 obj.paused = False
                 obj.pause = 0
-                self._process_queue([obj], now)
+                self.waiters.process_queue([obj], now, self._serve)
             else:
-                self._wake_waiter(obj, now)
+                self.waiters.wake(obj, now)
         return self._alarms.next_deadline()

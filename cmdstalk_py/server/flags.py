@@ -60,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )
+    _add_queue_flags(ap)
+    _add_binlog_flags(ap)
+    ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
+    ap.add_argument(
+        "-v", "--version", dest="version", action="store_true", help="show version and exit"
+    )
+    ap.add_argument("-h", "--help", action="help", help="show this help and exit")
+    return ap
+
+
+def _add_queue_flags(ap: argparse.ArgumentParser) -> None:
+    """Where to listen and the job size limit."""
     ap.add_argument(
         "-l",
         dest="listen",
@@ -85,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"maximum job size in bytes (default {p.DEFAULT_MAX_JOB_SIZE}, "
         f"at most {p.MAX_JOB_SIZE_CAP})",
     )
+
+
+def _add_binlog_flags(ap: argparse.ArgumentParser) -> None:
+    """The write-ahead log: its directory, fsync policy and file size."""
     ap.add_argument(
         "-b",
         dest="binlog_dir",
@@ -110,12 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_SEGMENT_SIZE,
         help=f"size of each binlog file (default {DEFAULT_SEGMENT_SIZE})",
     )
-    ap.add_argument("-V", dest="verbose", action="count", default=0, help="increase verbosity")
-    ap.add_argument(
-        "-v", "--version", dest="version", action="store_true", help="show version and exit"
-    )
-    ap.add_argument("-h", "--help", action="help", help="show this help and exit")
-    return ap
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

@@ -1,7 +1,8 @@
 """Framing, sans-IO: a connection's input bytes in, its commands out, in order.
 
 Bytes go in with :meth:`Framer.receive_data` (``b""`` is the end of input); complete
-events come out of :meth:`Framer.next_event`, ``None`` meaning "more bytes needed". No
+events come out of a pass of :meth:`Framer.events` (what the connection iterates), or
+one at a time from :meth:`Framer.next_event`, ``None`` meaning "more bytes needed". No
 socket, no clock, no engine: the connection (``conn``) feeds it what it reads and runs
 what comes out, and stops pulling whenever it must wait (a blocked reserve, ``quit``,
 a client that does not read its replies); the unread input stays here.
@@ -10,7 +11,7 @@ Follows 1.12 exactly (docs §1): a line ends at the first ``\\r`` if ``\\n`` fol
 within a 224-byte window; a full window without one is thrown away and the input
 discarded up to the next CRLF, which is answered BAD_FORMAT. A ``put`` line announces a
 data chunk (its body and CRLF); a put rejected with JOB_TOO_BIG announces one to throw
-away before the reply. Both are one continuation here (:meth:`Framer._chunk`).
+away before the reply (:meth:`Framer._skip`).
 
 Events: a command value from ``verbs`` the moment its line is complete (a ``Put`` and a
 ``Rejected`` too, so that the engine counts them when 1.12 does), then, after a line
@@ -52,7 +53,7 @@ class BodySkipped(NamedTuple):
     rejected: Rejected
 
 
-#: What :meth:`Framer.next_event` returns.
+#: What :meth:`Framer.events` yields.
 Event = Command | PutBody | BodySkipped
 #: The event for a line longer than the window (after its CRLF has been found).
 LINE_TOO_LONG = REJECT_BAD_FORMAT
@@ -78,7 +79,6 @@ class Framer:
         "_more",
         "_more_len",
         "_need",
-        "_pass",
         "_pos",
         "eof",
         "max_job_size",
@@ -101,8 +101,6 @@ class Framer:
         self._need = 0
         # The line that announced the current data chunk.
         self._announced: Put | Rejected | None = None
-        # The pass of events() that next_event() pulls from.
-        self._pass: Iterator[Event] = self.events()
 
     @property
     def buffered(self) -> int:
@@ -121,67 +119,83 @@ class Framer:
             self._more_len += len(data)
 
     def next_event(self) -> Event | None:
-        """The next complete event, or None when it needs more input."""
-        # One pass of events() kept between calls: it reads the framer's fields afresh
-        # after every yield, so input received in between is seen.
-        event = next(self._pass, None)
-        if event is None:
-            self._pass = self.events()
-        return event
+        """The next complete event, or None when it needs more input (a pass of one)."""
+        return next(self.events(), None)
 
     def events(self) -> Iterator[Event]:
         """The complete events in the input, in order, until more input is needed.
 
         The caller may stop pulling at any event (a blocked reserve, ``quit``, output
-        backing up): everything after the last event pulled stays unread here. One
-        iteration per command instead of one method call per command is what keeps a
-        pipelined batch cheap; the framer's fields are up to date at every ``yield``.
+        backing up): the rest stays unread here, the framer's fields being up to date at
+        every ``yield``; input received while a pass is suspended may be left for the
+        next one. One iteration per event, position in locals: a pipelined batch is cheap.
         """
         parse = _parse
         max_job_size = self.max_job_size
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        mode = self.mode
         while True:
-            mode = self.mode
-            if mode is not _LINE:
-                event = self._long_line() if mode is _LONG_LINE else self._chunk()
+            if mode is _LINE:
+                if pos == n and not self._more:
+                    return  # the common end of a batch: everything read was complete
+                end = pos + _WINDOW
+                if end > n:
+                    end = n
+                i = buf.find(b"\r", pos, end - 1)
+                if i < 0 or buf[i + 1] != 10:
+                    if not self._no_line_end(end):
+                        return
+                    buf, pos, mode = self._buf, self._pos, self.mode
+                    n = len(buf)
+                    continue
+                cmd = parse(buf[pos:i], max_job_size)
+                self._pos = pos = i + 2
+                kind = type(cmd)
+                if kind is _Put:
+                    # LINE -> BODY
+                    self._announced = cmd  # type: ignore[assignment]
+                    self._need = cmd.size + 2  # type: ignore[union-attr]
+                    self.mode = mode = _BODY
+                elif kind is _Rejected and cmd.skip:  # type: ignore[union-attr]
+                    # LINE -> SKIP
+                    self._announced = cmd  # type: ignore[assignment]
+                    self._need = cmd.skip  # type: ignore[union-attr]
+                    self.mode = mode = _SKIP
+                yield cmd
+            elif mode is _BODY:
+                need = self._need
+                if n - pos < need:  # the chunk spans reads: joined once, when it is all in
+                    if n - pos + self._more_len < need:
+                        return
+                    self._join()
+                    buf, pos = self._buf, 0
+                    n = len(buf)
+                self._pos = pos = pos + need
+                # BODY -> LINE
+                self.mode = mode = _LINE
+                yield _new(PutBody, (self._announced, buf[pos - need : pos]))
+            else:
+                event = self._long_line() if mode is _LONG_LINE else self._skip()
+                buf, pos, mode = self._buf, self._pos, self.mode
+                n = len(buf)
                 if event is None:
                     return
                 yield event
-                continue
-            buf = self._buf
-            pos = self._pos
-            n = len(buf)
-            if pos == n and not self._more:
-                return  # the common end of a batch: everything read was complete
-            end = pos + _WINDOW
-            if end > n:
-                end = n
-            i = buf.find(b"\r", pos, end - 1)
-            if i < 0 or buf[i + 1] != 10:
-                if end - pos < _WINDOW:
-                    if self._join():
-                        continue
-                    return
-                # A full window without a line end: drop it, then discard up to a CRLF.
-                self._pos = end
-                # LINE -> LONG_LINE
-                self.mode = _LONG_LINE
-                continue
-            cmd = parse(buf[pos:i], max_job_size)
-            self._pos = i + 2
-            kind = type(cmd)
-            if kind is _Put:
-                # LINE -> BODY
-                self._announced = cmd  # type: ignore[assignment]
-                self._need = cmd.size + 2  # type: ignore[union-attr]
-                self.mode = _BODY
-            elif kind is _Rejected and cmd.skip:  # type: ignore[union-attr]
-                # LINE -> SKIP
-                self._announced = cmd  # type: ignore[assignment]
-                self._need = cmd.skip  # type: ignore[union-attr]
-                self.mode = _SKIP
-            yield cmd
 
     # ---------------------------------------------------------------- lines past the window
+
+    def _no_line_end(self, end: int) -> bool:
+        """No line end before ``end``: join more input (False: none came) or, past a full
+        window, give up on the line."""
+        if end - self._pos < _WINDOW:
+            return self._join()
+        # A full window without a line end: drop it, then discard up to a CRLF.
+        self._pos = end
+        # LINE -> LONG_LINE
+        self.mode = _LONG_LINE
+        return True
 
     def _long_line(self) -> Event | None:
         while True:
@@ -212,27 +226,13 @@ class Framer:
 
     # ---------------------------------------------------------------- data chunks
 
-    def _chunk(self) -> Event | None:
-        """The continuation after a line that announced a data chunk (BODY or SKIP)."""
-        announced = self._announced
-        need = self._need
-        if self.mode is _BODY:
-            buf = self._buf
-            pos = self._pos
-            if len(buf) - pos < need:
-                if len(buf) - pos + self._more_len < need:
-                    return None
-                self._join()
-                buf = self._buf
-                pos = 0
-            self._pos = pos + need
-            event: Event = _new(PutBody, (announced, buf[pos : pos + need]))
-        else:
-            self._need = need = need - self._drop(need)
-            if need:
-                return None
-            event = BodySkipped(announced)  # type: ignore[arg-type]
-        # BODY -> LINE, SKIP -> LINE
+    def _skip(self) -> Event | None:
+        """SKIP: throw away the data chunk of a put rejected with JOB_TOO_BIG."""
+        self._need = need = self._need - self._drop(self._need)
+        if need:
+            return None
+        event = BodySkipped(self._announced)  # type: ignore[arg-type]
+        # SKIP -> LINE
         self._announced = None
         self.mode = _LINE
         return event

@@ -182,7 +182,7 @@ class Server:
         if self.closed:
             return
         engine = self.engine
-        if engine.deliveries:
+        if engine.waiters.deliveries:
             for session, reply in commands.deliveries(engine):
                 conn: ServerConn = session.owner  # type: ignore[assignment]
                 conn.deliver(reply)

@@ -3,7 +3,8 @@
 The engine's transitions return the job they moved, or one of these values; the
 protocol side (:mod:`cmdstalk_py.server.commands`) turns both into reply lines. A
 blocked reserve answered later (by a put, release, kick, TTR expiry, pause end or its
-own timeout) gets one of these, or its job, through :meth:`Engine.take_deliveries`.
+own timeout) gets one of these, or its job, through ``Engine.waiters``
+(:mod:`~cmdstalk_py.server.waiters`).
 """
 
 from __future__ import annotations

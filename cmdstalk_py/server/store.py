@@ -65,7 +65,7 @@ class JobStore:
 
     def retime(self, job: Job) -> None:
         """A reserved job's deadline moved (touch): a new TTR timer, the old one stale."""
-        self.alarms.went_stale()
+        self.alarms.stale += 1  # the old TTR alarm
         self.alarms.add(job.deadline, TTR, job)
         if job.reserver is not None:
             job.reserver.retimed(job)
@@ -100,4 +100,4 @@ class JobStore:
             del t.buried[job]
             return
         if not fired:
-            self.alarms.went_stale()
+            self.alarms.stale += 1  # its timer, left in the heap until it comes up or a sweep

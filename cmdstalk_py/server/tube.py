@@ -75,7 +75,7 @@ def best_ready(tubes: Iterable[Tube]) -> Tube | None:
     best: Tube | None = None
     best_key = None
     for t in tubes:
-        if t.ready and not t.paused:
+        if t.ready.live and not t.paused:  # the count itself: no __bool__ call per tube
             if best is None:
                 # Keys are only compared once there is a second candidate.
                 best = t

@@ -75,7 +75,7 @@ def test_reserve_without_a_job(e: Engine) -> None:
     s = e.connect()
     assert e.reserve(s, 0, T0) is Outcome.TIMED_OUT
     assert e.reserve(s, 5, T0) is Outcome.WAITING
-    assert e.waiting == 1
+    assert e.waiters.count == 1
     assert e.next_deadline() == T0 + 5
 
 
@@ -165,12 +165,12 @@ def test_a_blocked_reserve_is_served_by_a_put_and_a_release(e: Engine) -> None:
     prod, worker = e.connect(), e.connect()
     assert e.reserve(worker, -1, T0) is Outcome.WAITING
     job = put(e, prod)
-    assert e.take_deliveries() == [(worker, job)]
+    assert e.waiters.take() == [(worker, job)]
     other = put(e, prod)
     assert reserve(e, prod) is other
     assert e.reserve(worker, -1, T0) is Outcome.WAITING
     assert e.release(prod, other.id, 0, 0, T0) is other
-    assert e.take_deliveries() == [(worker, other)]
+    assert e.waiters.take() == [(worker, other)]
     assert (job.reserver, other.reserver) == (worker, worker)
 
 
@@ -181,7 +181,7 @@ def test_a_blocked_reserve_is_served_by_a_kick(e: Engine) -> None:
     assert e.bury(prod, job.id, 0) is job
     assert e.reserve(worker, -1, T0) is Outcome.WAITING
     assert e.kick(e.default, 1, T0) == 1
-    assert e.take_deliveries() == [(worker, job)]
+    assert e.waiters.take() == [(worker, job)]
     assert job.reserver is worker
 
 
@@ -191,25 +191,25 @@ def test_a_blocked_reserve_is_served_by_an_expiry(e: Engine) -> None:
     reserve(e, owner)
     assert e.reserve(worker, -1, T0) is Outcome.WAITING
     e.tick(T0 + 5)
-    assert e.take_deliveries() == [(worker, job)]
+    assert e.waiters.take() == [(worker, job)]
 
 
 def test_a_blocked_reserve_times_out(e: Engine) -> None:
     s = e.connect()
     assert e.reserve(s, 3, T0) is Outcome.WAITING
     e.tick(T0 + 2.9)
-    assert e.take_deliveries() == []
+    assert e.waiters.take() == []
     e.tick(T0 + 3)
-    assert e.take_deliveries() == [(s, Outcome.TIMED_OUT)]
-    assert e.waiting == 0
+    assert e.waiters.take() == [(s, Outcome.TIMED_OUT)]
+    assert e.waiters.count == 0
 
 
 def test_abort_wait(e: Engine) -> None:
     s = e.connect()
-    assert e.abort_wait(s) is False
+    assert e.waiters.abort(s) is False
     assert e.reserve(s, -1, T0) is Outcome.WAITING
-    assert e.abort_wait(s) is True
-    assert e.waiting == 0
+    assert e.waiters.abort(s) is True
+    assert e.waiters.count == 0
 
 
 # ------------------------------------------------------------------ the DEADLINE_SOON rule
@@ -233,7 +233,7 @@ def test_a_waiting_reserve_wakes_at_the_margin(e: Engine) -> None:
     assert e.reserve(s, 100, T0) is Outcome.WAITING
     assert e.next_deadline() == job.deadline - SAFETY_MARGIN
     e.tick(job.deadline - SAFETY_MARGIN)
-    assert e.take_deliveries() == [(s, Outcome.DEADLINE_SOON)]
+    assert e.waiters.take() == [(s, Outcome.DEADLINE_SOON)]
     assert job.state is RESERVED
 
 

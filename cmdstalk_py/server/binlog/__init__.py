@@ -1,14 +1,15 @@
 """Durable storage for the bundled server: a write-ahead binlog with crash recovery.
 
 Modules: ``record`` (the persisted job), ``codec`` (every record's bytes, written and
-read: frames and payloads), ``header`` (the segment file header and format version),
-``fsops`` (injectable file operations), ``lock`` (one server per directory), ``segment``
-(segment files and ``LiveIndex``, the one place live jobs are counted per segment),
-``replay`` (applying records), ``recovery`` (replay order, damage and repair),
-``compaction`` (when to reclaim space and why it is crash-safe), ``writer`` (appending
-and segment rotation), ``log`` (``Binlog``: the API, fsync policy and maintenance, driven
-by the server's event loop), ``adapter`` (``BinlogJournal``: the engine's ``Journal``
-hook; imported on its own so this package does not depend on the engine).
+read: frames and payloads, one record or a segment's worth), ``header`` (the segment
+file header and format version), ``fsops`` (injectable file operations), ``lock`` (one
+server per directory), ``segment`` (segment files and ``LiveIndex``, the one place live
+jobs are counted per segment), ``replay`` (applying records), ``recovery`` (replay
+order, damage and repair), ``compaction`` (when to reclaim space, why it is crash-safe,
+and the bounded maintenance step that does it), ``writer`` (appending and segment
+rotation), ``log`` (``Binlog``: the API, fsync policy and failed-fsync re-logging,
+driven by the server's event loop), ``adapter`` (``BinlogJournal``: the engine's
+``Journal`` hook; imported on its own so this package does not depend on the engine).
 
 Typical use by the server::
 
@@ -31,9 +32,9 @@ from cmdstalk_py.server.binlog.errors import (
     Problem,
 )
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
-from cmdstalk_py.server.binlog.log import Binlog, Lookup
+from cmdstalk_py.server.binlog.log import Binlog
 from cmdstalk_py.server.binlog.options import BinlogOptions, BinlogStats
-from cmdstalk_py.server.binlog.record import JobRecord, StoredState
+from cmdstalk_py.server.binlog.record import JobRecord, Lookup, StoredState
 from cmdstalk_py.server.binlog.recovery import RecoveryResult
 
 __all__ = [

@@ -73,7 +73,7 @@ class BinlogJournal:
         offset = self.offset
         recovery = self.binlog.recovery
         for rec in recovery.jobs.values():
-            job = Job(rec.id, engine.tube(rec.tube), rec.pri, rec.delay, rec.ttr, rec.body,
+            job = Job(rec.id, engine.tubes.tube(rec.tube), rec.pri, rec.delay, rec.ttr, rec.body,
                       rec.created_at - offset)  # fmt: skip
             if rec.state is StoredState.DELAYED:
                 job.state = DELAYED

@@ -5,8 +5,8 @@ Driven by the server's event loop:
 * ``put`` / ``update`` / ``delete`` write one framed record each with one ``pwrite`` (so
   a write error is known before the command replies) but do not fsync.
 * ``tick(now)`` fsyncs when the policy says so and does a bounded amount of maintenance
-  (removing unneeded old segments, copying a few live jobs out of the oldest one; see
-  ``compaction``). ``next_deadline()`` says when ``tick`` is next due, for the poll
+  (removing unneeded old segments, copying a few live jobs out of the oldest one: the
+  step is ``compaction``'s). ``next_deadline()`` says when ``tick`` is next due, for the poll
   timeout.
 * With ``fsync_ms=0`` the loop calls ``tick(now)`` once per iteration, after handling
   every command read in that iteration and before sending their replies: one fsync covers
@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 
-from cmdstalk_py.server.binlog.compaction import removable, should_compact
+from cmdstalk_py.server.binlog.compaction import maintenance_pending, maintenance_step
 from cmdstalk_py.server.binlog.errors import (
     BinlogClosedError,
     BinlogError,
@@ -39,20 +38,15 @@ from cmdstalk_py.server.binlog.errors import (
 from cmdstalk_py.server.binlog.fsops import FileOps, RealFileOps
 from cmdstalk_py.server.binlog.lock import DirLock
 from cmdstalk_py.server.binlog.options import BinlogOptions, BinlogStats
-from cmdstalk_py.server.binlog.record import JobRecord
+from cmdstalk_py.server.binlog.record import JobRecord, Lookup
 from cmdstalk_py.server.binlog.recovery import RecoveryResult, recover
-from cmdstalk_py.server.binlog.segment import SegmentMeta
 from cmdstalk_py.server.binlog.writer import SegmentWriter
 
 log = logging.getLogger("cmdstalk_py.server.binlog")
 
-Lookup = Callable[[int], JobRecord | None]
-"""The current state of a job as the server knows it (None if it no longer exists)."""
-
 _MAINTENANCE_BACKOFF = 1.0  # seconds before retrying maintenance that hit an error
 #: With fsync_ms=0, records that no reply waits for are synced at most this late.
 LAZY_SYNC = 0.05
-_UNLINKS_PER_TICK = 4
 
 
 class Binlog:
@@ -242,7 +236,7 @@ class Binlog:
                 due = self._last_sync + LAZY_SYNC
             elif ms is not None:
                 due = self._last_sync + ms / 1000.0
-        if self._maintenance_pending():
+        if not self._closed and maintenance_pending(self._w, self.lookup, self.options):
             # Due at once, or when the back-off after a maintenance error ends.
             after = self._maintenance_after
             if after <= self._now:
@@ -279,83 +273,10 @@ class Binlog:
         if now >= self._maintenance_after and not self._closed:
             try:
                 self._w.extend_ahead()
-                self._maintain()
+                maintenance_step(self._w, self.lookup, self.options, self.sync)
             except BinlogError as exc:
                 log.warning("binlog maintenance postponed: %s", exc)
                 self._maintenance_after = now + _MAINTENANCE_BACKOFF
-
-    # -------------------------------------------------------------- maintenance
-
-    def _compaction_due(self) -> bool:
-        w = self._w
-        sealed = len(w.index.segments) - 1
-        return self.lookup is not None and should_compact(
-            w.total_bytes(), w.index.live_bytes, sealed, self.options.compact_ratio
-        )
-
-    def _maintenance_pending(self) -> bool:
-        if self._closed:
-            return False
-        oldest = self._w.oldest()
-        return (
-            self._w.wants_extension()
-            or removable(oldest.live, oldest is self._w.active)
-            or self._w.has_empty_sealed()
-            or self._compaction_due()
-        )
-
-    def _maintain(self) -> None:
-        w = self._w
-        for _ in range(_UNLINKS_PER_TICK):
-            oldest = w.oldest()
-            if not removable(oldest.live, oldest is w.active):
-                break
-            # Copies out of this segment must be durable before it goes.
-            if w.durable:
-                self.sync()
-            self._remove(oldest)
-        for seg in w.empty_sealed()[:_UNLINKS_PER_TICK]:
-            self._remove(seg)
-        if self._compaction_due():
-            self.compact_step(self.options.compact_budget)
-
-    def _remove(self, seg: SegmentMeta) -> None:
-        try:
-            self._w.remove(seg)
-        except OSError as exc:
-            raise BinlogError(describe_oserror("cannot remove", seg.path, exc)) from exc
-
-    def compact_step(self, budget: int) -> int:
-        """Copy up to ``budget`` live jobs out of the oldest segment; returns the count.
-
-        Bounded work (at most ``8 * budget`` index entries examined), so the event loop
-        stays responsive with millions of jobs. Raises BinlogWriteError on write failure.
-        """
-        w = self._w
-        oldest = w.oldest()
-        if oldest is w.active or self.lookup is None:
-            return 0
-        ids = oldest.ids
-        i = oldest.cursor
-        copied = 0
-        limit = min(len(ids), i + 8 * budget)
-        number = oldest.number
-        while i < limit and copied < budget and oldest.live > 0:
-            jid = ids[i]
-            if w.index.segment_of(jid) == number:
-                rec = self.lookup(jid)
-                if rec is None:
-                    # The server no longer has it but the log thinks it is live: make the
-                    # log agree rather than resurrect it at the next start.
-                    log.warning("binlog: job %d unknown to the server; logging its delete", jid)
-                    w.delete(jid)
-                else:
-                    w.put(rec, copy=True)
-                    w.migrated += 1
-                copied += 1
-            i += 1
-        oldest.cursor = i
-        return copied
 
     # --------------------------------------------------------------- reporting
 

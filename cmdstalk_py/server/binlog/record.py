@@ -11,6 +11,7 @@ survives a restart; the adapter converts to and from the engine's monotonic cloc
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import NamedTuple
 
 
@@ -50,3 +51,7 @@ class JobRecord(NamedTuple):
     releases: int = 0
     buries: int = 0
     kicks: int = 0
+
+
+Lookup = Callable[[int], JobRecord | None]
+"""The current state of a job as the server knows it (None if it no longer exists)."""

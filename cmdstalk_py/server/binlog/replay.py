@@ -1,7 +1,8 @@
 """The replay loop: applying intact records to the jobs and the live-job index.
 
-It reads every record with the ``codec`` and counts live jobs with ``LiveIndex``, like
-the writer. It stops at the first record that is damaged or out of sequence and lets
+It decodes a segment's records with the ``codec`` in one call (``decode_records``) and
+counts live jobs with ``LiveIndex``, like the writer. It stops at the first record that
+is damaged or out of sequence and lets
 ``recovery`` decide what that means (a tear to cut, damage to skip, a stale record, a
 gap).
 """
@@ -9,18 +10,9 @@ gap).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from cmdstalk_py.server.binlog.codec import (
-    FRAME_SIZE,
-    T_DELETE,
-    T_PUT,
-    T_UPDATE,
-    apply_update,
-    decode_delete,
-    decode_put,
-    decode_update,
-    read_frame,
-)
+from cmdstalk_py.server.binlog.codec import PUT_OVERHEAD, apply_update, decode_records
 from cmdstalk_py.server.binlog.errors import Problem
 from cmdstalk_py.server.binlog.record import JobRecord
 from cmdstalk_py.server.binlog.segment import LiveIndex, SegmentMeta
@@ -54,53 +46,35 @@ class Replayer:
         Returns (offset reached, reason): reason is "" at ``end``, "seq" at an intact
         record whose sequence number is not the next one, else the kind of damage.
         """
-        mv = memoryview(data)
-        reason = ""
-        while off < end:
-            head = read_frame(mv, off, end)
-            if isinstance(head, str):
-                reason = head
-                break
-            length, seq, rtype = head
-            if seq != self.last_seq + 1:
-                reason = "seq"
-                break
-            reason = self._apply(meta, data, rtype, off, length)
-            if reason:
-                break
-            self.last_seq = seq
-            off += FRAME_SIZE + length
-            self.records += 1
+        records, off, reason = decode_records(data, off, end, self.last_seq, self.tubes)
+        jobs = self.jobs
+        place = self.index.place
+        drop = self.index.drop
+        max_id = self.max_id
+        orphans = 0
+        overhead = PUT_OVERHEAD
+        value: Any  # told apart by type, see codec.Decoded
+        for value in records:
+            kind = type(value)
+            if kind is JobRecord:
+                jid = value.id
+                jobs[jid] = value
+                place(jid, meta, overhead + len(value[1]) + len(value[2]))
+                if jid > max_id:
+                    max_id = jid
+            elif kind is int:  # DELETE
+                if drop(value):
+                    del jobs[value]
+                else:
+                    orphans += 1
+            else:  # UPDATE
+                old = jobs.get(value[0])
+                if old is None:
+                    orphans += 1
+                else:
+                    jobs[old.id] = apply_update(old, value)
+        self.max_id = max_id
+        self.orphans += orphans
+        self.last_seq += len(records)
+        self.records += len(records)
         return off, reason
-
-    def _apply(self, meta: SegmentMeta, data: bytes, rtype: int, off: int, length: int) -> str:
-        """Apply the record of ``rtype`` framed at ``off``; "" or what is wrong with it."""
-        start = off + FRAME_SIZE
-        if rtype == T_PUT:
-            rec = decode_put(data, start, length, self.tubes)
-            if rec is None:
-                return "bad put record"
-            self.jobs[rec.id] = rec
-            self.index.place(rec.id, meta, FRAME_SIZE + length)
-            if rec.id > self.max_id:
-                self.max_id = rec.id
-        elif rtype == T_UPDATE:
-            fields = decode_update(data, start, length)
-            if fields is None:
-                return "bad update record"
-            old = self.jobs.get(fields[0])
-            if old is None:
-                self.orphans += 1
-            else:
-                self.jobs[old.id] = apply_update(old, fields)
-        elif rtype == T_DELETE:
-            jid = decode_delete(data, start, length)
-            if jid is None:
-                return "bad delete record"
-            if self.index.drop(jid):
-                del self.jobs[jid]
-            else:
-                self.orphans += 1
-        else:
-            return "unknown record type"
-        return ""

@@ -15,10 +15,10 @@ from cmdstalk_py.server.binlog.codec import (
     T_DELETE,
     T_PUT,
     T_UPDATE,
+    UPDATE_FIXED,
+    _frame,
     apply_update,
-    decode_delete,
-    decode_put,
-    decode_update,
+    decode_records,
     encode_delete,
     encode_put,
     encode_update,
@@ -54,45 +54,85 @@ def _decoded(data: bytes) -> tuple[int, int, int]:
     return head
 
 
+def _one(data: bytes, seq: int) -> object:
+    """The single record framed in ``data`` (sequence number ``seq``), decoded."""
+    got, off, reason = decode_records(data, 0, len(data), seq - 1, {})
+    assert (off, reason) == (len(data), ""), reason
+    assert len(got) == 1
+    return got[0]
+
+
+def _payload_refused(seq: int, rtype: int, payload: bytes) -> str:
+    """Why ``decode_records`` refuses an intact frame around a bad ``payload``."""
+    data = _frame(seq, rtype, payload)
+    got, off, reason = decode_records(data, 0, len(data), seq - 1, {})
+    assert (got, off) == ([], 0)
+    return reason
+
+
 @given(records, st.integers(1, 2**64 - 1))
 def test_put_round_trips(rec: JobRecord, seq: int) -> None:
     data = encode_put(seq, rec)
-    length, got_seq, rtype = _decoded(data)
+    _length, got_seq, rtype = _decoded(data)
     assert (got_seq, rtype) == (seq, T_PUT)
-    assert decode_put(data, FRAME_SIZE, length) == rec
-    assert decode_put(data, FRAME_SIZE, length - 1) is None
+    assert _one(data, seq) == rec
+    payload = data[FRAME_SIZE:]
+    assert _payload_refused(seq, T_PUT, payload[:-1]) == "bad put record"
 
 
 def test_put_shares_one_tube_name_between_jobs() -> None:
-    tubes: dict[bytes, bytes] = {}
-    a, b = (encode_put(i, JobRecord(i, b"mail", b"x", 0, 1, 0, StoredState.READY, 1.0, 0.0))
-            for i in (1, 2))  # fmt: skip
-    ra = decode_put(a, FRAME_SIZE, len(a) - FRAME_SIZE, tubes)
-    rb = decode_put(b, FRAME_SIZE, len(b) - FRAME_SIZE, tubes)
-    assert ra is not None and rb is not None and ra.tube is rb.tube
+    data = b"".join(
+        encode_put(i, JobRecord(i, b"mail", b"x", 0, 1, 0, StoredState.READY, 1.0, 0.0))
+        for i in (1, 2)
+    )
+    (ra, rb), _off, _reason = decode_records(data, 0, len(data), 0, {})
+    assert isinstance(ra, JobRecord) and isinstance(rb, JobRecord) and ra.tube is rb.tube
 
 
 @given(records, records)
 def test_update_sets_only_the_mutable_fields(old: JobRecord, new: JobRecord) -> None:
     new = new._replace(id=old.id)
     data = encode_update(5, new)
-    length, _seq, rtype = _decoded(data)
+    _length, _seq, rtype = _decoded(data)
     assert rtype == T_UPDATE
-    fields = decode_update(data, FRAME_SIZE, length)
-    assert fields is not None and fields[0] == old.id
+    fields = _one(data, 5)
+    assert isinstance(fields, tuple) and not isinstance(fields, JobRecord)
+    assert fields[0] == old.id
     got = apply_update(old, fields)
     assert got == new._replace(tube=old.tube, body=old.body, ttr=old.ttr,
                                created_at=old.created_at)  # fmt: skip
-    assert decode_update(data, FRAME_SIZE, length - 1) is None
+    assert _payload_refused(5, T_UPDATE, data[FRAME_SIZE:-1]) == "bad update record"
+    bad_state = UPDATE_FIXED.pack(1, 0, 0, 3, 0.0, 0, 0, 0, 0, 0)
+    assert _payload_refused(5, T_UPDATE, bad_state) == "bad update record"
 
 
 @given(st.integers(1, 2**64 - 1))
 def test_delete_round_trips(job_id: int) -> None:
     data = encode_delete(9, job_id)
-    length, _seq, rtype = _decoded(data)
+    _length, _seq, rtype = _decoded(data)
     assert rtype == T_DELETE
-    assert decode_delete(data, FRAME_SIZE, length) == job_id
-    assert decode_delete(data, FRAME_SIZE, length + 1) is None
+    assert _one(data, 9) == job_id
+    assert _payload_refused(9, T_DELETE, data[FRAME_SIZE:] + b"x") == "bad delete record"
+
+
+def test_a_segment_decodes_in_one_call_and_stops_where_replay_must() -> None:
+    """Every record of a run in one call; it stops at damage, a sequence break or an
+    unknown type, at that record's offset, with what ``read_frame`` says is wrong."""
+    rec = JobRecord(7, b"t", b"body\r\n", 1, 2, 0, StoredState.READY, 1.0, 0.0)
+    frames = [encode_put(1, rec), encode_update(2, rec), encode_delete(3, 7)]
+    data = b"".join(frames)
+    got, off, reason = decode_records(data, 0, len(data), 0, {})
+    assert (len(got), off, reason) == (3, len(data), "")
+    assert got[0] == rec and got[2] == 7
+    first = len(frames[0])
+    out_of_sequence = frames[0] + encode_delete(5, 7)
+    assert decode_records(out_of_sequence, 0, len(out_of_sequence), 0, {})[1:] == (first, "seq")
+    torn = data[:-1]
+    assert decode_records(torn, 0, len(torn), 0, {})[1:] == (
+        first + len(frames[1]), "frame runs past end of file"
+    )
+    unknown = frames[0] + _frame(2, 9, b"")
+    assert decode_records(unknown, 0, len(unknown), 0, {})[1:] == (first, "unknown record type")
 
 
 @given(records, st.integers(1, 2**64 - 1))

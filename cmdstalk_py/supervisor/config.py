@@ -20,6 +20,9 @@ from cmdstalk_py.client.names import validate_tube as validate_tube
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 DEFAULT_TUBE = "default"
 DEFAULT_SHELL = "/bin/bash -c"
+# Config fields that concern the whole supervisor, not one pool: command line only, shared
+# by every pool of a config file.
+SUPERVISOR_FIELDS = frozenset({"max_jobs", "shutdown_timeout", "batch_scheduling"})
 
 
 @dataclass(frozen=True, slots=True)

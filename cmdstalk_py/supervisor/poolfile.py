@@ -28,11 +28,14 @@ from typing import Any
 import click
 
 from cmdstalk_py.supervisor import cli, numbers
-from cmdstalk_py.supervisor.config import Config, parse_address, validate_tube
+from cmdstalk_py.supervisor.config import (
+    SUPERVISOR_FIELDS,
+    Config,
+    parse_address,
+    validate_tube,
+)
 
 GLOB_CHARS = frozenset("*?[")
-# Flags that are Config fields but concern the whole supervisor: command line only.
-SUPERVISOR_FIELDS = frozenset({"max_jobs", "shutdown_timeout", "batch_scheduling"})
 # File keys spelled unlike their flag's parameter name (limits and rates: tables, below).
 FILE_KEYS = {"all_tubes": "all", "cmd": "command", "tube_limits": "limits", "tube_rates": "rates"}
 # Keys read here, not through a flag, and the pairs of them that are one setting.

@@ -8,9 +8,8 @@ import click
 import pytest
 
 from cmdstalk_py.supervisor.cli import command
-from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.config import SUPERVISOR_FIELDS, Config
 from cmdstalk_py.supervisor.poolfile import (
-    SUPERVISOR_FIELDS,
     PoolFileError,
     load_pools,
     parse_rate,

@@ -8,6 +8,7 @@ a ``Config``, so every default lives here and nowhere else.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -125,12 +126,13 @@ def is_glob(name: str) -> bool:
 
 
 def validate_tube_or_glob(name: str) -> str:
-    """A tube name, or a glob whose literal parts are tube-name characters."""
-    if not is_glob(name):
-        return validate_tube(name)
-    literal = "".join(c for c in name if c not in "*?[]!")
-    if literal:
-        validate_tube(literal.lstrip("-") or "x")
+    """A tube name, or a glob that could match one: each wildcard and ``[...]`` class stands
+    for a tube-name character, and the rest must be tube-name characters."""
+    literal = re.sub(r"\[!?[^]]*\]|[*?]", "a", name) if is_glob(name) else name
+    try:
+        validate_tube(literal)
+    except ValueError as e:
+        raise ValueError(str(e).replace(repr(literal), repr(name))) from None
     return name
 
 
@@ -248,30 +250,73 @@ def parse_tube_limits(values: Iterable[str]) -> tuple[tuple[str, int], ...]:
     limits: dict[str, int] = {}
     for text in values:
         tube, value = _tube_value(text, "N")
-        if not value.isdigit() or not 1 <= int(value) <= 1_000_000:
-            raise ValueError(f"invalid limit {value!r} for tube {tube}: expected 1-1000000")
-        limits[tube] = int(value)
+        if not value.isdigit():
+            raise ValueError(f"invalid limit {value!r} for tube {tube}: expected 1-{MAX_LIMIT}")
+        try:
+            limits[tube] = check_limit(int(value))
+        except ValueError as e:
+            raise ValueError(f"invalid limit for tube {tube}: {e}") from None
     return tuple(limits.items())
 
 
+#: The bounds of a tube's limit (running jobs) and of a rate's burst (starts at once).
+MAX_LIMIT = 1_000_000
+MAX_BURST = 1_000_000
+#: The fastest rate, starts per second (beanstalkd's own numbers are 32-bit).
+MAX_RATE = 2**32 - 1
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"\s*([^/:]+?)\s*/\s*([smh])\s*(?::\s*(\S+)\s*)?")
+
+
+def check_limit(count: int) -> int:
+    """A tube's limit: at least one running job (0 would never run it), at most MAX_LIMIT."""
+    if count < 1:
+        raise ValueError(f"{count} is below 1: a limit of 0 would never run the tube")
+    if count > MAX_LIMIT:
+        raise ValueError(f"{count} is above {MAX_LIMIT}")
+    return count
+
+
+def check_rate(per_second: float) -> float:
+    """Starts per second: finite, above 0, at most MAX_RATE."""
+    if not (math.isfinite(per_second) and 0 < per_second <= MAX_RATE):
+        raise ValueError(f"rate {per_second:g}/s is not above 0 and at most {MAX_RATE}/s")
+    return per_second
+
+
+def check_burst(burst: float) -> float:
+    """Starts at once after a quiet spell: 1 to MAX_BURST."""
+    if not math.isfinite(burst) or burst < 1:
+        raise ValueError(f"burst {burst:g} is below 1")
+    if burst > MAX_BURST:
+        raise ValueError(f"burst {burst:g} is above {MAX_BURST}")
+    return burst
+
+
+def default_burst(per_second: float) -> float:
+    """One second's starts (at least 1): ``5/s`` may start 5 at once after a quiet spell."""
+    return max(1.0, per_second)
 
 
 def parse_rate(text: str) -> tuple[float, float]:
-    """``5/s``, ``300/m:20``, ``2.5/h`` → (starts per second, burst). The burst defaults
-    to one second's starts (at least 1): ``5/s`` may start 5 at once after a quiet spell."""
-    rate_text, _, burst_text = text.partition(":")
-    count, slash, unit = rate_text.partition("/")
+    """``5/s``, ``300/m:20``, ``2.5/h`` → (starts per second, burst); the burst defaults
+    to ``default_burst``. The flag and the config file both read rates here."""
+    match = _RATE.fullmatch(text)
     try:
-        per_second = float(count) / _PER[unit.strip() or "s"]
-        burst = float(burst_text) if burst_text else max(1.0, per_second)
-    except (ValueError, KeyError):
-        raise ValueError(f"invalid rate {text!r}: expected N/s, N/m or N/h, then :BURST") from None
-    if not slash or not (math.isfinite(per_second) and per_second > 0):
-        raise ValueError(f"invalid rate {text!r}: expected a positive N/s, N/m or N/h")
-    if not (math.isfinite(burst) and 1 <= burst <= 1_000_000):
-        raise ValueError(f"invalid burst in {text!r}: expected 1-1000000")
-    return per_second, burst
+        if match is None:
+            raise ValueError("expected N/s, N/m or N/h, then :BURST")
+        per_second = check_rate(_number(match[1]) / _PER[match[2]])
+        burst = default_burst(per_second) if match[3] is None else _number(match[3])
+        return per_second, check_burst(burst)
+    except ValueError as e:
+        raise ValueError(f"invalid rate {text!r}: {e}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"malformed number {text!r}") from None
 
 
 def parse_tube_rates(values: Iterable[str]) -> tuple[tuple[str, float, float], ...]:

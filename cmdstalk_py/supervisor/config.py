@@ -97,6 +97,16 @@ class Config:
         """Every server this pool serves."""
         return self.servers or ((self.host, self.port),)
 
+    def run_limit(self, ttr: int) -> tuple[float | None, str | None]:
+        """What bounds a job's command (``jobrun.JobRun.deadline``), and by which rule:
+        its TTR, or ``max_runtime`` where it comes sooner or ``keep_alive`` lifts the TTR;
+        nothing with ``keep_alive`` alone."""
+        if self.max_runtime is not None and (self.keep_alive or self.max_runtime <= ttr):
+            return self.max_runtime, "max_runtime"
+        if self.keep_alive:
+            return None, None
+        return float(ttr), "ttr"
+
     def argv(self) -> list[str]:
         """The argv a job runs: the shell words followed by the command (Go: bash -c CMD).
 

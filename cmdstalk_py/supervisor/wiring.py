@@ -130,7 +130,7 @@ def _start_dashboard(
         # No --metrics: queue gauges refreshed only when /metrics is scraped.
         exporter = MetricsExporter(None, config.address, supervisor.dispatcher.tubes, 0)
         observers.add(exporter)
-    board = Board(config.pool)
+    board = Board()
     observers.add(board)
 
     def connections() -> list[dict[str, Any]]:

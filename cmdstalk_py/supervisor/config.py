@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # The project's one tube-name rule and address parser; the command line takes them from here.
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.names import parse_address as parse_address
 from cmdstalk_py.client.names import validate_tube as validate_tube
+from cmdstalk_py.supervisor.numbers import MAX_PER_TUBE, MAX_U32
 
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 DEFAULT_TUBE = "default"
@@ -74,6 +76,33 @@ class Config:
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, not {value!r}")
+        # The rules the flags and the config file apply, for a Config built in code (the
+        # Spark drain, tests): a bad value is one ValueError line here, not a broker's crash.
+        self._check_pool()
+        self._check_fate()
+
+    def _check_pool(self) -> None:
+        for name in ("per_tube", "workers"):
+            count = getattr(self, name)
+            if count is not None and not 1 <= count <= MAX_PER_TUBE:
+                raise ValueError(f"{name} {count!r} is not within 1-{MAX_PER_TUBE}")
+        for tube, limit in self.tube_limits:
+            with _field("tube_limits", tube):
+                check_limit(limit)
+        for tube, rate, burst in self.tube_rates:
+            with _field("tube_rates", tube):
+                check_rate(rate)
+                check_burst(burst)
+
+    def _check_fate(self) -> None:
+        with _field("on_timeout"):
+            # The parser's own form (trimmed, lower case), as the flag hands it over.
+            if parse_on_timeout(self.on_timeout) != self.on_timeout:
+                raise ValueError(f"{self.on_timeout!r} is not lower case")
+        for code, action in self.on_exit:
+            with _field("on_exit"):
+                if parse_on_exit([f"{code}={action}"]) != ((code, action),):
+                    raise ValueError(f"{action!r} is not lower case")
 
     @property
     def address(self) -> str:
@@ -128,6 +157,18 @@ _SECONDS = (
     "reconnect_max_wait",
     "max_runtime",
 )
+
+
+@contextmanager
+def _field(name: str, tube: str | None = None) -> Iterator[None]:
+    """Run a parser's rule on one entry of field ``name``; its error names the field."""
+    try:
+        if tube is not None:
+            validate_tube(tube)
+        yield
+    except ValueError as e:
+        where = f"{name}: tube {tube!r}" if tube is not None else name
+        raise ValueError(f"{where}: {e}") from None
 
 
 def is_glob(name: str) -> bool:
@@ -273,7 +314,7 @@ def parse_tube_limits(values: Iterable[str]) -> tuple[tuple[str, int], ...]:
 MAX_LIMIT = 1_000_000
 MAX_BURST = 1_000_000
 #: The fastest rate, starts per second (beanstalkd's own numbers are 32-bit).
-MAX_RATE = 2**32 - 1
+MAX_RATE = MAX_U32
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"\s*([^/:]+?)\s*/\s*([smh])\s*(?::\s*(\S+)\s*)?")
 

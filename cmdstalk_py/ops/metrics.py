@@ -225,27 +225,11 @@ class MetricsExporter(Observer):
             "cmdstalk_tube_held", "1 while a tube is held back by its limit or its rate: its "
             "jobs stay queued.", [*pool_tube, "reason"], registry=r,
         )  # fmt: skip
-        server_tube = ["server", "tube"]
-        tube_jobs = prom.Gauge(
-            "cmdstalk_tube_jobs", "Jobs in a watched tube by state (stats-tube), per server.",
-            [*server_tube, "state"], registry=r,
-        )  # fmt: skip
-        urgent = prom.Gauge(
-            "cmdstalk_tube_urgent_jobs", "Ready jobs with priority < 1024 (stats-tube).",
-            server_tube, registry=r,
-        )  # fmt: skip
-        waiting = prom.Gauge(
-            "cmdstalk_tube_waiting_clients", "Clients reserving on the tube (stats-tube).",
-            server_tube, registry=r,
-        )  # fmt: skip
-        up = prom.Gauge(
-            "cmdstalk_queue_stats_up", "1 if the last stats-tube refresh of the server "
-            "succeeded.", ["server"], registry=r,
-        )  # fmt: skip
         self._lock = threading.Lock()
         self._busy: dict[tuple[str, int], bool] = {}
+        gauges = _queue_gauges(r)
         self._pollers = [
-            QueueStatsPoller(server, tubes, interval, tube_jobs, urgent, waiting, up)
+            QueueStatsPoller(server, tubes, interval, *gauges)
             for server in ([servers] if isinstance(servers, str) else dict.fromkeys(servers))
         ]
         self._server: Any = None
@@ -323,6 +307,30 @@ class MetricsExporter(Observer):
             self._server.shutdown()
             self._server.server_close()
             self._server_thread.join(timeout=5)
+
+
+def _queue_gauges(r: Any) -> tuple[Any, Any, Any, Any]:
+    """The stats-tube gauges in registry ``r``: tube jobs, urgent, waiting, up."""
+    import prometheus_client as prom
+
+    server_tube = ["server", "tube"]
+    tube_jobs = prom.Gauge(
+        "cmdstalk_tube_jobs", "Jobs in a watched tube by state (stats-tube), per server.",
+        [*server_tube, "state"], registry=r,
+    )  # fmt: skip
+    urgent = prom.Gauge(
+        "cmdstalk_tube_urgent_jobs", "Ready jobs with priority < 1024 (stats-tube).",
+        server_tube, registry=r,
+    )  # fmt: skip
+    waiting = prom.Gauge(
+        "cmdstalk_tube_waiting_clients", "Clients reserving on the tube (stats-tube).",
+        server_tube, registry=r,
+    )  # fmt: skip
+    up = prom.Gauge(
+        "cmdstalk_queue_stats_up", "1 if the last stats-tube refresh of the server "
+        "succeeded.", ["server"], registry=r,
+    )  # fmt: skip
+    return tube_jobs, urgent, waiting, up
 
 
 def start_metrics(

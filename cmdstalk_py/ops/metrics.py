@@ -1,7 +1,8 @@
 """Prometheus metrics for ``cmdstalk --metrics HOST:PORT`` (prometheus-client, imported lazily).
 
 Supervisor-side metrics come from Observer calls; queue-side gauges come from ``stats-tube``
-on each watched tube, refreshed by a background thread with its own connection. Everything
+on each watched tube of every server (label ``server``), refreshed by one background thread
+per server with its own connection. Everything
 lives in a private registry, so two exporters in one process (tests) do not collide.
 """
 
@@ -11,7 +12,7 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cmdstalk_py.ops.observers import Observer
@@ -52,7 +53,8 @@ def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int
 
 
 class QueueStatsPoller:
-    """Refreshes the queue-side gauges from ``stats-tube`` every ``interval`` seconds.
+    """Refreshes one server's queue-side gauges from ``stats-tube`` every ``interval``
+    seconds (the tubes of every pool: one a server lacks has no series there).
 
     Connection errors are logged once per outage and retried at the next tick; the thread
     never dies of them.
@@ -69,14 +71,18 @@ class QueueStatsPoller:
         up: Any,
     ) -> None:
         self._address = parse_hostport(address)
+        self._server = address  # the label, as the event log and server_jobs name it
         self._tubes = tubes
         self._interval = interval
         self._jobs, self._urgent, self._waiting, self._up = jobs, urgent, waiting, up
+        up.labels(server=address).set(0)  # each server has its series before it answers
         self._client: Any = None
         self._shown: set[str] = set()
         self._outage = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="metrics-queue-stats", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"metrics-queue-stats-{address}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -127,28 +133,29 @@ class QueueStatsPoller:
             if not self._outage:
                 log.warning("metrics: stats-tube on %s:%d failed: %s", *self._address, exc)
             self._outage = True
-            self._up.set(0)
+            self._up.labels(server=self._server).set(0)
             return False
         if self._outage:
             log.info("metrics: stats-tube on %s:%d works again", *self._address)
         self._outage = False
-        self._up.set(1)
+        self._up.labels(server=self._server).set(1)
         for gone in self._shown - seen:
             self._remove(gone)
         self._shown = seen
         return True
 
     def _set(self, tube: str, stats: Any) -> None:
+        server = self._server
         for field, state in JOB_STATES.items():
-            self._jobs.labels(tube=tube, state=state).set(int(stats[field]))
-        self._urgent.labels(tube=tube).set(int(stats["current-jobs-urgent"]))
-        self._waiting.labels(tube=tube).set(int(stats["current-waiting"]))
+            self._jobs.labels(server=server, tube=tube, state=state).set(int(stats[field]))
+        self._urgent.labels(server=server, tube=tube).set(int(stats["current-jobs-urgent"]))
+        self._waiting.labels(server=server, tube=tube).set(int(stats["current-waiting"]))
 
     def _remove(self, tube: str) -> None:
         for state in JOB_STATES.values():
-            self._jobs.remove(tube, state)
-        self._urgent.remove(tube)
-        self._waiting.remove(tube)
+            self._jobs.remove(self._server, tube, state)
+        self._urgent.remove(self._server, tube)
+        self._waiting.remove(self._server, tube)
 
     def close(self) -> None:
         self._stop.set()
@@ -157,7 +164,8 @@ class QueueStatsPoller:
 
 
 class MetricsExporter(Observer):
-    """The Observer ``start_metrics`` returns; ``address`` is where it actually listens.
+    """The Observer ``start_metrics`` returns; ``address`` is where it actually listens,
+    ``servers`` (one HOST:PORT or several) those whose queues it shows.
 
     With ``listen`` None it serves nothing itself: ``render()`` gives the page to another
     server (the dashboard's ``/metrics``). With ``interval`` 0 no thread polls the queue
@@ -165,12 +173,16 @@ class MetricsExporter(Observer):
     """
 
     def __init__(
-        self, listen: str | None, address: str, tubes: Callable[[], list[str]], interval: float
+        self,
+        listen: str | None,
+        servers: str | Sequence[str],
+        tubes: Callable[[], list[str]],
+        interval: float,
     ):
         import prometheus_client as prom
 
         self.registry = r = prom.CollectorRegistry(auto_describe=True)
-        tube, state = ["tube"], ["tube", "state"]
+        tube = ["tube"]
         self.jobs_finished = prom.Counter(
             "cmdstalk_jobs_finished", "Jobs finished, by outcome.", [*tube, "outcome"], registry=r
         )
@@ -213,24 +225,13 @@ class MetricsExporter(Observer):
             "cmdstalk_tube_held", "1 while a tube is held back by its limit or its rate: its "
             "jobs stay queued.", [*pool_tube, "reason"], registry=r,
         )  # fmt: skip
-        tube_jobs = prom.Gauge(
-            "cmdstalk_tube_jobs", "Jobs in a watched tube by state (stats-tube).", state,
-            registry=r,
-        )  # fmt: skip
-        urgent = prom.Gauge(
-            "cmdstalk_tube_urgent_jobs", "Ready jobs with priority < 1024 (stats-tube).", tube,
-            registry=r,
-        )  # fmt: skip
-        waiting = prom.Gauge(
-            "cmdstalk_tube_waiting_clients", "Clients reserving on the tube (stats-tube).", tube,
-            registry=r,
-        )  # fmt: skip
-        up = prom.Gauge(
-            "cmdstalk_queue_stats_up", "1 if the last stats-tube refresh succeeded.", registry=r
-        )
         self._lock = threading.Lock()
         self._busy: dict[tuple[str, int], bool] = {}
-        self._poller = QueueStatsPoller(address, tubes, interval, tube_jobs, urgent, waiting, up)
+        gauges = _queue_gauges(r)
+        self._pollers = [
+            QueueStatsPoller(server, tubes, interval, *gauges)
+            for server in ([servers] if isinstance(servers, str) else dict.fromkeys(servers))
+        ]
         self._server: Any = None
         self.address: tuple[str, int] = ("", 0)
         if listen is not None:
@@ -241,7 +242,8 @@ class MetricsExporter(Observer):
         self._on_demand = interval <= 0
         self._render_lock = threading.Lock()
         if not self._on_demand:
-            self._poller.start()
+            for poller in self._pollers:
+                poller.start()
 
     @property
     def port(self) -> int:
@@ -249,16 +251,17 @@ class MetricsExporter(Observer):
         return self.address[1]
 
     def refresh_queue_stats(self) -> bool:
-        """Refresh the queue-side gauges now (the background thread also does, every interval)."""
-        return self._poller.refresh()
+        """Refresh the queue-side gauges now (the background threads also do, every
+        interval); False if a server's refresh failed."""
+        return all([poller.refresh() for poller in self._pollers])
 
     def render(self) -> tuple[bytes, str]:
         """The metrics page and its content type."""
         import prometheus_client as prom
 
         if self._on_demand:
-            with self._render_lock:  # one stats connection, one refresh at a time
-                self._poller.refresh()
+            with self._render_lock:  # one stats connection a server, one refresh at a time
+                self.refresh_queue_stats()
         return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST
 
     def job_finished(self, result: JobResult) -> None:
@@ -297,21 +300,50 @@ class MetricsExporter(Observer):
         self.process_kills.labels(tube=tube, signal=signal_name).inc()
 
     def close(self) -> None:
-        """Stop the HTTP server and the queue-stats thread."""
-        self._poller.close()
+        """Stop the HTTP server and the queue-stats threads."""
+        for poller in self._pollers:
+            poller.close()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server_thread.join(timeout=5)
 
 
+def _queue_gauges(r: Any) -> tuple[Any, Any, Any, Any]:
+    """The stats-tube gauges in registry ``r``: tube jobs, urgent, waiting, up."""
+    import prometheus_client as prom
+
+    server_tube = ["server", "tube"]
+    tube_jobs = prom.Gauge(
+        "cmdstalk_tube_jobs", "Jobs in a watched tube by state (stats-tube), per server.",
+        [*server_tube, "state"], registry=r,
+    )  # fmt: skip
+    urgent = prom.Gauge(
+        "cmdstalk_tube_urgent_jobs", "Ready jobs with priority < 1024 (stats-tube).",
+        server_tube, registry=r,
+    )  # fmt: skip
+    waiting = prom.Gauge(
+        "cmdstalk_tube_waiting_clients", "Clients reserving on the tube (stats-tube).",
+        server_tube, registry=r,
+    )  # fmt: skip
+    up = prom.Gauge(
+        "cmdstalk_queue_stats_up", "1 if the last stats-tube refresh of the server "
+        "succeeded.", ["server"], registry=r,
+    )  # fmt: skip
+    return tube_jobs, urgent, waiting, up
+
+
 def start_metrics(
-    listen: str, address: str, tubes: Callable[[], list[str]], interval: float = 5.0
+    listen: str,
+    servers: str | Sequence[str],
+    tubes: Callable[[], list[str]],
+    interval: float = 5.0,
 ) -> MetricsExporter:
-    """Serve Prometheus metrics on ``listen`` (HOST:PORT); watch ``tubes()`` on ``address``.
+    """Serve Prometheus metrics on ``listen`` (HOST:PORT); watch ``tubes()`` on each of
+    ``servers`` (HOST:PORT, one or several).
 
     Brokers should call ``broker_busy(tube, slot, False)`` when they start, so idle brokers
     are counted before their first job. Raises ValueError for a malformed ``listen`` and
     OSError when the port cannot be bound.
     """
-    return MetricsExporter(listen, address, tubes, interval)
+    return MetricsExporter(listen, servers, tubes, interval)

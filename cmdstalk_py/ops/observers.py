@@ -8,8 +8,27 @@ class with no-op methods so implementations override only what they need.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from cmdstalk_py.supervisor.results import JobResult
+
+
+@dataclass(frozen=True, slots=True)
+class JobStart:
+    """A job whose command has just started, as ``Observer.job_started`` reports it."""
+
+    pool: str
+    worker: str  # the broker's label, as broker_busy names it: a tube, or a pool's name
+    slot: int
+    tube: str  # the job's own tube (a shared worker watches several)
+    job_id: int
+    pid: int
+    ttr: int
+    started_at: float  # epoch seconds
+    # What the command runs against (``Config.run_limit``): seconds, and "ttr" or
+    # "max_runtime"; None for --keep-alive without --max-runtime (nothing bounds it).
+    limit: float | None
+    limit_kind: str | None
 
 
 class Observer:
@@ -21,11 +40,9 @@ class Observer:
     def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
         """A broker started (busy=True) or stopped (busy=False) running a job."""
 
-    def job_started(
-        self, tube: str, slot: int, job_id: int, pid: int, ttr: int, started_at: float
-    ) -> None:
-        """A job's command is running as process ``pid`` (``started_at``: epoch seconds of
-        the reservation). It ends with ``broker_busy(tube, slot, False)``."""
+    def job_started(self, start: JobStart) -> None:
+        """A job's command is running as process ``start.pid``. It ends with
+        ``broker_busy(start.worker, start.slot, False)``."""
 
     def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
         """A line (without its newline) the running job wrote on ``stream`` ("stdout" or
@@ -119,11 +136,9 @@ class Observers(Observer):
         if self._hooks["reserve_waited"]:
             self._each("reserve_waited", tube, seconds)
 
-    def job_started(
-        self, tube: str, slot: int, job_id: int, pid: int, ttr: int, started_at: float
-    ) -> None:
+    def job_started(self, start: JobStart) -> None:
         if self._hooks["job_started"]:
-            self._each("job_started", tube, slot, job_id, pid, ttr, started_at)
+            self._each("job_started", start)
 
     def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
         if self._hooks["job_output"]:

@@ -3,7 +3,11 @@
 Modules, from the command line inwards:
 
 - ``cli``: the ``cmdstalk`` command line (click), every option also from ``CMDSTALK_*``;
-  ``fateflags`` adds the options of a job's fate (``--on-exit``, ``--keep-alive``, …);
+  each other concern's options are one decorator of their own module: ``embedflags``
+  (``--embedded``, ``--binlog*``), ``opsflags`` (logs, ``--events``, ``--metrics``,
+  ``--http``), ``poolflags`` (``--workers``, ``--tube-limit``/``--tube-rate``,
+  ``--config``/``--check``), ``fateflags`` (``--on-exit``, ``--keep-alive``, …), all
+  built with ``flagkit`` (env var, parser errors as usage errors);
   ``goflags`` rewrites Go cmdstalk's spellings (``-all -per-tube=6``) before click parses.
 - ``configmode``: ``--config FILE [--check]``: refuse pool flags beside it, print or run.
 - ``poolfile``: the TOML config file → one ``Config`` per pool, each key checked by its

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from cmdstalk_py.client.connection import HealingConnection
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, Buried, NotFound
 from cmdstalk_py.client.pipeline import Client, Job
-from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.process import ProcessResult, run_command
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.cmdcheck import CommandCheck
@@ -183,9 +183,7 @@ class JobRunner:
                 stop_now=self._kill_now,
                 on_kill=self._joblog.kill_reporter(job.id),
                 on_started=self._report_pending,
-                on_spawned=lambda pid: self._observer.job_started(
-                    stats["tube"], self.slot, job.id, pid, stats["ttr"], time.time()
-                ),
+                on_spawned=lambda pid: self._report_start(job.id, stats, pid),
                 # CMDSTALK_RUN: kills reach processes that left the group and the tree.
                 marker=True,
                 on_control=run.on_control,
@@ -193,6 +191,16 @@ class JobRunner:
         finally:
             run.finish()
             self._observer.broker_busy(self.tube, self.slot, False)
+
+    def _report_start(self, job_id: int, stats: StatsJob, pid: int) -> None:
+        """Tell the observers (the dashboard) the command runs, and what bounds it."""
+        limit, kind = self.config.run_limit(stats["ttr"])
+        self._observer.job_started(
+            JobStart(
+                self.config.pool, self.tube, self.slot, stats["tube"], job_id, pid,
+                stats["ttr"], time.time(), limit, kind,
+            )
+        )  # fmt: skip
 
     def _act(
         self, client: Client, job: Job, decision: Decision, pri: int

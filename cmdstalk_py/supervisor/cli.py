@@ -5,14 +5,20 @@ click parses and validates them (a bad value is one line and exit status 2), and
 ``wiring.run_supervisor`` wires logging, observers (event log, metrics, systemd) and, with
 ``--embedded``, the bundled server around a ``Supervisor``. Every option can also come from
 ``CMDSTALK_<NAME>``.
+
+The options of the brokers and their jobs are here; each other concern is one decorator from
+its own module, in ``--help`` order: ``embedflags`` (``--embedded``, binlog), ``opsflags``
+(logs, events, metrics, ``--http``), ``poolflags`` (``--workers``, limits, rates,
+``--config``), ``fateflags`` (#19). Each option's parameter name is its ``Config`` (or
+``Extras``) field, so the command and the config file (``poolfile``) map them the same way.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
 
 import click
 
@@ -22,31 +28,21 @@ from cmdstalk_py.supervisor.config import (
     DEFAULT_ADDRESS,
     DEFAULT_SHELL,
     DEFAULT_TUBE,
+    SUPERVISOR_FIELDS,
     Config,
     parse_addresses,
     parse_exit_codes,
     parse_shell,
-    parse_tube_limits,
-    parse_tube_rates,
     parse_tubes,
     validate_cmd,
 )
+from cmdstalk_py.supervisor.embedflags import embedded_options
 from cmdstalk_py.supervisor.fateflags import fate_options
+from cmdstalk_py.supervisor.flagkit import option as _option
+from cmdstalk_py.supervisor.flagkit import parsed as _parsed
+from cmdstalk_py.supervisor.opsflags import http_options, log_options
+from cmdstalk_py.supervisor.poolflags import check_workers, config_options, pool_options
 from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
-
-T = TypeVar("T")
-
-
-def _parsed(parse: Callable[[Any], T]) -> Callable[[click.Context, click.Parameter, Any], T]:
-    """A click callback that turns a parser's ValueError into click's one-line usage error."""
-
-    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> T:
-        try:
-            return parse(value)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-
-    return callback
 
 
 def _cmd_unless_config(ctx: click.Context, param: click.Parameter, value: Any) -> str | None:
@@ -65,10 +61,6 @@ def _address_or_servers(text: str) -> tuple[str, int] | Servers:
     """One HOST:PORT as (host, port), as ever; several as a tuple of them."""
     servers = parse_addresses(text)
     return servers[0] if len(servers) == 1 else servers
-
-
-def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option(*decls, envvar=f"CMDSTALK_{env}", show_envvar=True, **kw)
 
 
 @click.command(
@@ -223,249 +215,49 @@ def _option(*decls: str, env: str, **kw: Any) -> Callable[[Callable[..., Any]], 
     "SCHED_BATCH (Linux): it never preempts the commands it starts, which keep the "
     "supervisor's own policy. Off by default.",
 )
-@_option(
-    "--embedded/--no-embedded",
-    env="EMBEDDED",
-    default=False,
-    help="Start the bundled beanstalkd-compatible server in-process on --address.",
-)
-@_option(
-    "--embedded-max-job-size",
-    env="EMBEDDED_MAX_JOB_SIZE",
-    metavar="BYTES",
-    type=numbers.count(1),
-    default=None,
-    help="Max job size of the --embedded server, bytes.",
-)
-@_option(
-    "--binlog",
-    env="BINLOG",
-    metavar="DIR",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="With --embedded: keep jobs in a write-ahead log in DIR (cmdstalk-server -b).",
-)
-@_option(
-    "--binlog-fsync",
-    env="BINLOG_FSYNC",
-    metavar="MS",
-    type=numbers.count(0),
-    default=50,
-    show_default=True,
-    help="With --binlog: fsync at most every MS ms; 0 = before every reply (-f).",
-)
-@_option(
-    "--binlog-no-fsync/--binlog-fsync-on",
-    env="BINLOG_NO_FSYNC",
-    default=False,
-    help="With --binlog: never fsync (-F).",
-)
-@_option(
-    "--binlog-size",
-    env="BINLOG_SIZE",
-    metavar="BYTES",
-    type=numbers.count(1),
-    default=None,
-    help="With --binlog: size of each binlog file (-s; default 10485760).",
-)
-@_option(
-    "--log-format",
-    env="LOG_FORMAT",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Log line format on stderr.",
-)
-@_option(
-    "--log-level",
-    env="LOG_LEVEL",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
-    help="Least severe level logged.",
-)
-@_option(
-    "--events",
-    env="EVENTS",
-    default=None,
-    metavar="PATH",
-    help="Append one JSON line per finished job to PATH ('-' for stdout).",
-)
-@_option(
-    "--metrics",
-    env="METRICS",
-    default=None,
-    metavar="HOST:PORT",
-    help="Serve Prometheus metrics on HOST:PORT (:PORT listens on 127.0.0.1).",
-)
-# -- pools (issue #18) -------------------------------------------------------------------
-@_option(
-    "--workers",
-    env="WORKERS",
-    metavar="N",
-    type=numbers.count(1, numbers.MAX_PER_TUBE),
-    default=None,
-    help="N shared workers per server, each watching every tube of --tubes/--all/globs: "
-    "the server hands out the most urgent job across tubes (instead of --per-tube).",
-)
-@_option(
-    "--tube-limit",
-    "tube_limits",
-    env="TUBE_LIMIT",
-    metavar="TUBE=N",
-    multiple=True,
-    callback=_parsed(parse_tube_limits),
-    help="At most N jobs of TUBE running at once (repeatable); its other jobs wait queued.",
-)
-@_option(
-    "--tube-rate",
-    "tube_rates",
-    env="TUBE_RATE",
-    metavar="TUBE=N/s[:BURST]",
-    multiple=True,
-    callback=_parsed(parse_tube_rates),
-    help="At most N job starts of TUBE per second (or /m, /h), BURST at once "
-    "(default: one second's worth); repeatable.",
-)
-@_option(
-    "--http",
-    env="HTTP",
-    default=None,
-    metavar="HOST:PORT",
-    help="Serve the live dashboard, /api and /metrics on HOST:PORT (:PORT listens on "
-    "127.0.0.1).",
-)
-@_option(
-    "--http-token",
-    env="HTTP_TOKEN",
-    default=None,
-    metavar="TOKEN",
-    help="Enable the dashboard's actions (kick, delete, pause, drain) for POSTs carrying "
-    "this token; prefer the environment variable to keep it out of ps.",
-)
-@_option(
-    "--config",
-    "config_file",
-    env="CONFIG",
-    metavar="FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    is_eager=True,  # before --cmd, which it makes optional
-    help="Run the pools of a TOML file; pool options then go in the file, not in flags.",
-)
-@_option(
-    "--check/--no-check",
-    env="CHECK",
-    default=False,
-    help="With --config: validate the file, print the resolved pools and exit.",
-)
+@embedded_options  # --embedded, --embedded-max-job-size, --binlog*
+@log_options  # --log-format, --log-level, --events, --metrics
+@pool_options  # --workers, --tube-limit, --tube-rate (issue #18)
+@http_options  # --http, --http-token (issue #20)
+@config_options  # --config, --check
 @fate_options  # --on-exit, --on-timeout, --backoff-jitter, --keep-alive, --max-runtime
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
-def command(
-    address: tuple[str, int] | Servers,
-    all_tubes: bool,
-    cmd: str,
-    per_tube: int,
-    tubes: tuple[str, ...],
-    discover_interval: float,
-    max_releases: int,
-    max_timeouts: int,
-    backoff_exponent: float,
-    backoff_max: int | None,
-    kill_grace: float,
-    ttr_margin: float,
-    shell: tuple[str, ...],
-    bury_exit_codes: frozenset[int],
-    max_jobs: int | None,
-    shutdown_timeout: float | None,
-    batch_scheduling: bool,
-    embedded: bool,
-    embedded_max_job_size: int | None,
-    binlog: str | None,
-    binlog_fsync: int,
-    binlog_no_fsync: bool,
-    binlog_size: int | None,
-    log_format: str,
-    log_level: str,
-    events: str | None,
-    metrics: str | None,
-    http: str | None,
-    http_token: str | None,
-    config_file: Path | None,
-    check: bool,
-    on_exit: tuple[tuple[int, str], ...],
-    on_timeout: str,
-    backoff_jitter: bool,
-    keep_alive: bool,
-    max_runtime: float | None,
-    workers: int | None,
-    tube_limits: tuple[tuple[str, int], ...],
-    tube_rates: tuple[tuple[str, float, float], ...],
-) -> None:
+def command(**params: Any) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes
     the job, another exit releases it with backoff, a TTR overrun kills and buries it.
     """
-    if binlog is not None and not embedded:
+    if params["binlog"] is not None and not params["embedded"]:
         raise click.BadParameter(
             "only the --embedded server has a binlog; give --embedded too", param_hint="--binlog"
         )
-    source = click.get_current_context().get_parameter_source("per_tube")
-    if workers is not None and source is not click.core.ParameterSource.DEFAULT:
-        raise click.BadParameter(
-            "give --workers (shared by all tubes) or --per-tube, not both",
-            param_hint="--workers",
-        )
-    servers: Servers = (address,) if isinstance(address[0], str) else address
-    extras = Extras(
-        embedded=embedded,
-        embedded_max_job_size=embedded_max_job_size,
-        binlog=binlog,
-        binlog_fsync_ms=binlog_fsync,
-        binlog_no_fsync=binlog_no_fsync,
-        binlog_size=binlog_size,
-        log_format=log_format,
-        log_level=log_level.upper(),
-        events=events,
-        metrics=metrics,
-        http=http,
-        http_token=http_token,
-    )
-    if config_file is not None or check:
-        supervisor = {"max_jobs": max_jobs, "shutdown_timeout": shutdown_timeout,
-                      "batch_scheduling": batch_scheduling}
-        sys.exit(configmode.run(config_file, check, extras, supervisor))
-    if cmd is None:  # _cmd_unless_config already said so; this tells the type checker
+    check_workers(params["workers"])
+    extras = _extras(params)
+    if params["config_file"] is not None or params["check"]:
+        supervisor = {name: params[name] for name in SUPERVISOR_FIELDS}
+        sys.exit(configmode.run(params["config_file"], params["check"], extras, supervisor))
+    if params["cmd"] is None:  # _cmd_unless_config already said so; this tells mypy
         raise click.MissingParameter(param_hint="'--cmd'", param_type="option")
-    config = Config(
-        cmd=cmd,
-        host=servers[0][0],
-        port=servers[0][1],
-        servers=servers if len(servers) > 1 else (),
-        workers=workers,
-        tube_limits=tube_limits,
-        tube_rates=tube_rates,
-        tubes=tubes,
-        all_tubes=all_tubes,
-        per_tube=per_tube,
-        shell=shell,
-        discover_interval=discover_interval,
-        max_releases=max_releases,
-        max_timeouts=max_timeouts,
-        backoff_exponent=backoff_exponent,
-        backoff_max=backoff_max,
-        kill_grace=kill_grace,
-        ttr_margin=ttr_margin,
-        bury_exit_codes=bury_exit_codes,
-        max_jobs=max_jobs,
-        shutdown_timeout=shutdown_timeout,
-        batch_scheduling=batch_scheduling,
-        on_exit=on_exit,
-        on_timeout=on_timeout.lower(),
-        backoff_jitter=backoff_jitter,
-        keep_alive=keep_alive,
-        max_runtime=max_runtime,
-    )
-    sys.exit(run_supervisor(config, extras))
+    sys.exit(run_supervisor(_config(params), extras))
+
+
+def _extras(params: dict[str, Any]) -> Extras:
+    """The supervisor-wide options around the pools: the embedded server, logs, ops."""
+    names = {f.name for f in fields(Extras)} - {"binlog_fsync_ms", "reload"}
+    extras = {name: params[name] for name in names if name in params}
+    extras["log_level"] = params["log_level"].upper()
+    return Extras(binlog_fsync_ms=params["binlog_fsync"], **extras)
+
+
+def _config(params: dict[str, Any]) -> Config:
+    """The one pool of the command line: each option's parameter is its ``Config`` field."""
+    names = {f.name for f in fields(Config)}
+    kwargs = {name: value for name, value in params.items() if name in names}
+    address = params["address"]
+    servers: Servers = (address,) if isinstance(address[0], str) else address
+    kwargs.update(host=servers[0][0], port=servers[0][1])
+    kwargs.update(servers=servers if len(servers) > 1 else ())
+    kwargs["on_timeout"] = params["on_timeout"].lower()
+    return Config(**kwargs)
 
 
 def _option_names() -> tuple[list[str], list[str]]:

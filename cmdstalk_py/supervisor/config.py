@@ -8,18 +8,24 @@ a ``Config``, so every default lives here and nowhere else.
 from __future__ import annotations
 
 import math
+import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # The project's one tube-name rule and address parser; the command line takes them from here.
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.names import parse_address as parse_address
 from cmdstalk_py.client.names import validate_tube as validate_tube
+from cmdstalk_py.supervisor.numbers import MAX_PER_TUBE, MAX_U32
 
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 DEFAULT_TUBE = "default"
 DEFAULT_SHELL = "/bin/bash -c"
+# Config fields that concern the whole supervisor, not one pool: command line only, shared
+# by every pool of a config file.
+SUPERVISOR_FIELDS = frozenset({"max_jobs", "shutdown_timeout", "batch_scheduling"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,33 @@ class Config:
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, not {value!r}")
+        # The rules the flags and the config file apply, for a Config built in code (the
+        # Spark drain, tests): a bad value is one ValueError line here, not a broker's crash.
+        self._check_pool()
+        self._check_fate()
+
+    def _check_pool(self) -> None:
+        for name in ("per_tube", "workers"):
+            count = getattr(self, name)
+            if count is not None and not 1 <= count <= MAX_PER_TUBE:
+                raise ValueError(f"{name} {count!r} is not within 1-{MAX_PER_TUBE}")
+        for tube, limit in self.tube_limits:
+            with _field("tube_limits", tube):
+                check_limit(limit)
+        for tube, rate, burst in self.tube_rates:
+            with _field("tube_rates", tube):
+                check_rate(rate)
+                check_burst(burst)
+
+    def _check_fate(self) -> None:
+        with _field("on_timeout"):
+            # The parser's own form (trimmed, lower case), as the flag hands it over.
+            if parse_on_timeout(self.on_timeout) != self.on_timeout:
+                raise ValueError(f"{self.on_timeout!r} is not lower case")
+        for code, action in self.on_exit:
+            with _field("on_exit"):
+                if parse_on_exit([f"{code}={action}"]) != ((code, action),):
+                    raise ValueError(f"{action!r} is not lower case")
 
     @property
     def address(self) -> str:
@@ -92,6 +125,16 @@ class Config:
     def addresses(self) -> tuple[tuple[str, int], ...]:
         """Every server this pool serves."""
         return self.servers or ((self.host, self.port),)
+
+    def run_limit(self, ttr: int) -> tuple[float | None, str | None]:
+        """What bounds a job's command (``jobrun.JobRun.deadline``), and by which rule:
+        its TTR, or ``max_runtime`` where it comes sooner or ``keep_alive`` lifts the TTR;
+        nothing with ``keep_alive`` alone."""
+        if self.max_runtime is not None and (self.keep_alive or self.max_runtime <= ttr):
+            return self.max_runtime, "max_runtime"
+        if self.keep_alive:
+            return None, None
+        return float(ttr), "ttr"
 
     def argv(self) -> list[str]:
         """The argv a job runs: the shell words followed by the command (Go: bash -c CMD).
@@ -116,18 +159,31 @@ _SECONDS = (
 )
 
 
+@contextmanager
+def _field(name: str, tube: str | None = None) -> Iterator[None]:
+    """Run a parser's rule on one entry of field ``name``; its error names the field."""
+    try:
+        if tube is not None:
+            validate_tube(tube)
+        yield
+    except ValueError as e:
+        where = f"{name}: tube {tube!r}" if tube is not None else name
+        raise ValueError(f"{where}: {e}") from None
+
+
 def is_glob(name: str) -> bool:
     """A ``tubes`` entry with ``*``, ``?`` or ``[`` is a pattern (tube names have none)."""
     return any(c in name for c in "*?[")
 
 
 def validate_tube_or_glob(name: str) -> str:
-    """A tube name, or a glob whose literal parts are tube-name characters."""
-    if not is_glob(name):
-        return validate_tube(name)
-    literal = "".join(c for c in name if c not in "*?[]!")
-    if literal:
-        validate_tube(literal.lstrip("-") or "x")
+    """A tube name, or a glob that could match one: each wildcard and ``[...]`` class stands
+    for a tube-name character, and the rest must be tube-name characters."""
+    literal = re.sub(r"\[!?[^]]*\]|[*?]", "a", name) if is_glob(name) else name
+    try:
+        validate_tube(literal)
+    except ValueError as e:
+        raise ValueError(str(e).replace(repr(literal), repr(name))) from None
     return name
 
 
@@ -245,30 +301,73 @@ def parse_tube_limits(values: Iterable[str]) -> tuple[tuple[str, int], ...]:
     limits: dict[str, int] = {}
     for text in values:
         tube, value = _tube_value(text, "N")
-        if not value.isdigit() or not 1 <= int(value) <= 1_000_000:
-            raise ValueError(f"invalid limit {value!r} for tube {tube}: expected 1-1000000")
-        limits[tube] = int(value)
+        if not value.isdigit():
+            raise ValueError(f"invalid limit {value!r} for tube {tube}: expected 1-{MAX_LIMIT}")
+        try:
+            limits[tube] = check_limit(int(value))
+        except ValueError as e:
+            raise ValueError(f"invalid limit for tube {tube}: {e}") from None
     return tuple(limits.items())
 
 
+#: The bounds of a tube's limit (running jobs) and of a rate's burst (starts at once).
+MAX_LIMIT = 1_000_000
+MAX_BURST = 1_000_000
+#: The fastest rate, starts per second (beanstalkd's own numbers are 32-bit).
+MAX_RATE = MAX_U32
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"\s*([^/:]+?)\s*/\s*([smh])\s*(?::\s*(\S+)\s*)?")
+
+
+def check_limit(count: int) -> int:
+    """A tube's limit: at least one running job (0 would never run it), at most MAX_LIMIT."""
+    if count < 1:
+        raise ValueError(f"{count} is below 1: a limit of 0 would never run the tube")
+    if count > MAX_LIMIT:
+        raise ValueError(f"{count} is above {MAX_LIMIT}")
+    return count
+
+
+def check_rate(per_second: float) -> float:
+    """Starts per second: finite, above 0, at most MAX_RATE."""
+    if not (math.isfinite(per_second) and 0 < per_second <= MAX_RATE):
+        raise ValueError(f"rate {per_second:g}/s is not above 0 and at most {MAX_RATE}/s")
+    return per_second
+
+
+def check_burst(burst: float) -> float:
+    """Starts at once after a quiet spell: 1 to MAX_BURST."""
+    if not math.isfinite(burst) or burst < 1:
+        raise ValueError(f"burst {burst:g} is below 1")
+    if burst > MAX_BURST:
+        raise ValueError(f"burst {burst:g} is above {MAX_BURST}")
+    return burst
+
+
+def default_burst(per_second: float) -> float:
+    """One second's starts (at least 1): ``5/s`` may start 5 at once after a quiet spell."""
+    return max(1.0, per_second)
 
 
 def parse_rate(text: str) -> tuple[float, float]:
-    """``5/s``, ``300/m:20``, ``2.5/h`` → (starts per second, burst). The burst defaults
-    to one second's starts (at least 1): ``5/s`` may start 5 at once after a quiet spell."""
-    rate_text, _, burst_text = text.partition(":")
-    count, slash, unit = rate_text.partition("/")
+    """``5/s``, ``300/m:20``, ``2.5/h`` → (starts per second, burst); the burst defaults
+    to ``default_burst``. The flag and the config file both read rates here."""
+    match = _RATE.fullmatch(text)
     try:
-        per_second = float(count) / _PER[unit.strip() or "s"]
-        burst = float(burst_text) if burst_text else max(1.0, per_second)
-    except (ValueError, KeyError):
-        raise ValueError(f"invalid rate {text!r}: expected N/s, N/m or N/h, then :BURST") from None
-    if not slash or not (math.isfinite(per_second) and per_second > 0):
-        raise ValueError(f"invalid rate {text!r}: expected a positive N/s, N/m or N/h")
-    if not (math.isfinite(burst) and 1 <= burst <= 1_000_000):
-        raise ValueError(f"invalid burst in {text!r}: expected 1-1000000")
-    return per_second, burst
+        if match is None:
+            raise ValueError("expected N/s, N/m or N/h, then :BURST")
+        per_second = check_rate(_number(match[1]) / _PER[match[2]])
+        burst = default_burst(per_second) if match[3] is None else _number(match[3])
+        return per_second, check_burst(burst)
+    except ValueError as e:
+        raise ValueError(f"invalid rate {text!r}: {e}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"malformed number {text!r}") from None
 
 
 def parse_tube_rates(values: Iterable[str]) -> tuple[tuple[str, float, float], ...]:

@@ -27,12 +27,21 @@ from typing import Any
 
 import click
 
-from cmdstalk_py.supervisor import cli, numbers
-from cmdstalk_py.supervisor.config import Config, parse_address, validate_tube
+from cmdstalk_py.supervisor import cli
+from cmdstalk_py.supervisor.config import (
+    SUPERVISOR_FIELDS,
+    Config,
+    check_burst,
+    check_limit,
+    check_rate,
+    default_burst,
+    is_glob,
+    parse_address,
+    validate_tube,
+    validate_tube_or_glob,
+)
+from cmdstalk_py.supervisor.config import parse_rate as parse_rate_text
 
-GLOB_CHARS = frozenset("*?[")
-# Flags that are Config fields but concern the whole supervisor: command line only.
-SUPERVISOR_FIELDS = frozenset({"max_jobs", "shutdown_timeout", "batch_scheduling"})
 # File keys spelled unlike their flag's parameter name (limits and rates: tables, below).
 FILE_KEYS = {"all_tubes": "all", "cmd": "command", "tube_limits": "limits", "tube_rates": "rates"}
 # Keys read here, not through a flag, and the pairs of them that are one setting.
@@ -44,8 +53,6 @@ _LIST_TEXT: dict[str, Callable[[list[Any]], str]] = {
     "bury_exit_codes": lambda codes: ",".join(str(c) for c in codes),
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RATE = re.compile(r"\s*([0-9.eE+-]+)\s*/\s*(s|m|h)\s*")
-_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class PoolFileError(ValueError):
@@ -237,11 +244,6 @@ def _pool_name(name: str, where: str) -> None:
         raise _Bad(where, what) from None
 
 
-def is_glob(tube: str) -> bool:
-    """A ``tubes`` entry with ``*``, ``?`` or ``[`` matches tube names; others are names."""
-    return not GLOB_CHARS.isdisjoint(tube)
-
-
 def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
     if "all" in table:
         return {"all_tubes": _expect(table["all"], bool, _join(where, "all"), "true or false")}
@@ -265,12 +267,10 @@ def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _check_tube(entry: str, key: str) -> None:
-    """A name by beanstalkd's rule; a glob whose other characters are tube-name ones."""
-    literal = re.sub(r"\[!?[^]]*\]|[*?]", "a", entry) if is_glob(entry) else entry
     try:
-        validate_tube(literal)
+        validate_tube_or_glob(entry)
     except ValueError as e:
-        raise _Bad(key, str(e).replace(repr(literal), repr(entry))) from None
+        raise _Bad(key, str(e)) from None
 
 
 def _address(raw: Any, key: str) -> dict[str, Any]:
@@ -317,9 +317,10 @@ def _limits(raw: Any, served: _Served, key: str) -> tuple[tuple[str, int], ...]:
     for tube, value in table.items():
         where = _served_tube(tube, served, _join(key, tube))
         count = _expect(value, int, where, "a whole number of running jobs")
-        if count < 1:
-            raise _Bad(where, f"{count} is below 1: a limit of 0 would never run the tube")
-        limits.append((tube, count))
+        try:
+            limits.append((tube, check_limit(count)))
+        except ValueError as e:
+            raise _Bad(where, str(e)) from None
     return tuple(limits)
 
 
@@ -333,35 +334,34 @@ def _rates(raw: Any, served: _Served, key: str) -> tuple[tuple[str, float, float
 
 
 def parse_rate(value: Any, where: str = "rate") -> tuple[float, float]:
-    """``"5/s"``, ``"30/m"``, ``5`` or ``{rate = 5, burst = 10}`` → (starts per second, burst)."""
-    burst: Any = 1
+    """``"5/s"``, ``"30/m:4"``, ``5`` or ``{rate = 5, burst = 10}`` → (starts per second,
+    burst): a string is the flag's form (``config.parse_rate``), a number is per second,
+    the table names the burst; its rules and default are the flag's."""
+    burst: Any = None
     if isinstance(value, dict):
         unknown = set(value) - {"rate", "burst"}
         if unknown:
             raise _Bad(_join(where, sorted(unknown)[0]), "unknown key (rate, burst)")
         if "rate" not in value:
             raise _Bad(_join(where, "rate"), "missing")
-        value, burst = value["rate"], value.get("burst", 1)
-    if isinstance(value, str):
-        match = _RATE.fullmatch(value)
-        if match is None:
-            raise _Bad(where, f"malformed rate {value!r}: expected N/s, N/m or N/h")
-        per_second = _number(match[1], where) / _PER[match[2]]
-    else:
-        per_second = float(_expect(value, (int, float), where, "a rate such as \"5/s\""))
-    if not 0 < per_second <= numbers.MAX_U32:
-        raise _Bad(where, f"rate {per_second:g}/s is not above 0 and at most {numbers.MAX_U32}/s")
-    _expect(burst, int, _join(where, "burst"), "a whole number of starts")
-    if burst < 1:
-        raise _Bad(_join(where, "burst"), f"{burst} is below 1")
-    return per_second, float(burst)
-
-
-def _number(text: str, where: str) -> float:
+        value, burst = value["rate"], value.get("burst")
     try:
-        return float(text)
-    except ValueError:
-        raise _Bad(where, f"malformed number {text!r}") from None
+        if isinstance(value, str):
+            per_second, default = parse_rate_text(value)
+        else:
+            number = _expect(value, (int, float), where, "a rate such as \"5/s\"")
+            per_second = check_rate(float(number))
+            default = default_burst(per_second)
+    except ValueError as e:
+        raise _Bad(where, str(e)) from None
+    if burst is None:
+        return per_second, default
+    where = _join(where, "burst")
+    _expect(burst, int, where, "a whole number of starts")
+    try:
+        return per_second, check_burst(float(burst))
+    except ValueError as e:
+        raise _Bad(where, str(e)) from None
 
 
 def _served_tube(tube: str, served: _Served, where: str) -> str:

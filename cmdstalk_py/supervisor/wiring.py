@@ -87,17 +87,19 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             reap_orphans=reap,
         )  # fmt: skip
         exporter = None
+        # Queue gauges of every server of every pool (label ``server``).
+        servers = [format_address(h, p) for pool in pools for h, p in pool.addresses]
         if extras.metrics is not None:
             from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client
 
             try:
                 tubes = supervisor.dispatcher.tubes
-                exporter = start_metrics(extras.metrics, config.address, tubes)
+                exporter = start_metrics(extras.metrics, servers, tubes)
             except (ValueError, OSError) as e:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
             observers.add(exporter)
         if extras.http is not None:
-            _start_dashboard(config, extras, supervisor, observers, exporter)
+            _start_dashboard(config, servers, extras, supervisor, observers, exporter)
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit. Outside systemd it would only count jobs for nobody.
         notifier = SystemdNotifier()
@@ -116,7 +118,12 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
 
 
 def _start_dashboard(
-    config: Config, extras: Extras, supervisor: Supervisor, observers: Observers, exporter: Any
+    config: Config,
+    servers: list[str],
+    extras: Extras,
+    supervisor: Supervisor,
+    observers: Observers,
+    exporter: Any,
 ) -> None:
     """``--http``: the dashboard (imported only now), with ``/metrics`` when
     prometheus-client is installed (the ``--metrics`` exporter's, or one of its own)."""
@@ -128,9 +135,9 @@ def _start_dashboard(
         from cmdstalk_py.ops.metrics import MetricsExporter
 
         # No --metrics: queue gauges refreshed only when /metrics is scraped.
-        exporter = MetricsExporter(None, config.address, supervisor.dispatcher.tubes, 0)
+        exporter = MetricsExporter(None, servers, supervisor.dispatcher.tubes, 0)
         observers.add(exporter)
-    board = Board(config.pool)
+    board = Board()
     observers.add(board)
 
     def connections() -> list[dict[str, Any]]:

@@ -77,11 +77,27 @@ def supervised(
     server: BeanstalkServer, tmp_path: Path, token: str | None = TOKEN, *args: str
 ) -> Iterator[Supervised]:
     """``cmdstalk --http`` on tube ``work`` (2 brokers), ready once its page answers."""
+    argv = ["--address", server.address, "--tubes", "work", "--per-tube", "2",
+            "--cmd", JOB, "--bury-exit-codes", "3", "--shutdown-timeout", "1", *args]  # fmt: skip
+    with _started(argv, tmp_path, token) as sup:
+        yield sup
+
+
+@contextmanager
+def supervised_pools(server: BeanstalkServer, tmp_path: Path, pools: str) -> Iterator[Supervised]:
+    """``cmdstalk --config FILE --http``: ``pools`` is the file's pool tables; the top level
+    gives the address and ``JOB`` as every pool's command."""
+    path = tmp_path / "pools.toml"
+    path.write_text(f'address = "{server.address}"\ncommand = \'\'\'{JOB}\'\'\'\n{pools}')
+    with _started(["--config", str(path), "--shutdown-timeout", "1"], tmp_path, TOKEN) as sup:
+        yield sup
+
+
+@contextmanager
+def _started(args: list[str], tmp_path: Path, token: str | None) -> Iterator[Supervised]:
     port = free_port()
     env = base_env() | ({"CMDSTALK_HTTP_TOKEN": token} if token else {})
-    argv = [CMDSTALK, "--address", server.address, "--tubes", "work", "--per-tube", "2",
-            "--cmd", JOB, "--bury-exit-codes", "3", "--shutdown-timeout", "1",
-            "--http", f"127.0.0.1:{port}", *args]  # fmt: skip
+    argv = [CMDSTALK, *args, "--http", f"127.0.0.1:{port}"]
     with open(tmp_path / "cmdstalk.err", "wb") as err:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
     url = f"http://127.0.0.1:{port}/"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cmdstalk_py.ops.dashboard.board import LINES, Board
-from cmdstalk_py.ops.observers import Observer, Observers
+from cmdstalk_py.ops.observers import JobStart, Observer, Observers
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 
@@ -15,15 +15,19 @@ def result(job_id: int, outcome: Outcome, ended_at: float, stderr: str = "") -> 
     )  # fmt: skip
 
 
+def start(job_id: int, pid: int, ttr: int, at: float) -> JobStart:
+    return JobStart("mail", "work", 0, "work", job_id, pid, ttr, at, float(ttr), "ttr")
+
+
 def test_a_late_report_does_not_hide_the_next_running_job() -> None:
     now = [100.0]
-    board = Board("mail", clock=lambda: now[0])
+    board = Board(clock=lambda: now[0])
     hooks = Observers([board])
-    hooks.job_started("work", 0, 1, 4242, 60, 99.0)
+    hooks.job_started(start(1, 4242, 60, 99.0))
     hooks.job_output("work", 0, 1, "stdout", b"\x1b[31mone\xff\n")
     hooks.broker_busy("work", 0, False)
     # A pipelining broker reports job 1 once job 2 has started.
-    hooks.job_started("work", 0, 2, 4243, 30, 100.0)
+    hooks.job_started(start(2, 4243, 30, 100.0))
     hooks.job_output("work", 0, 1, "stdout", b"late line of job 1")  # not job 2's
     hooks.job_finished(result(1, Outcome.DELETED, 100.0))
     now[0] = 102.5

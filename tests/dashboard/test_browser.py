@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.supervised import TOKEN, Supervised, supervised
+from tests.dashboard.supervised import TOKEN, Supervised, supervised, supervised_pools
+from tests.dashboard.test_pools_board import POOLS
 from tests.helpers import BeanstalkServer, wait_until
 
 pytestmark = pytest.mark.browser
@@ -59,7 +60,7 @@ def test_dashboard_in_chromium(
         slow = producer.put(b"slow", ttr=120)
         page.goto(sup.url)
         first = _cell(page, "running", slow, 5)
-        assert first.endswith("/ 120s")
+        assert first.endswith("/ 120s TTR")
         wait_until(lambda: _cell(page, "running", slow, 5) != first, timeout=30,
                    message="the elapsed time to advance on the page")  # fmt: skip
         _wait_text(page, f"#running tbody tr[data-job='{slow}'] pre", "tick")
@@ -75,6 +76,23 @@ def test_dashboard_in_chromium(
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         if os.environ.get("CMDSTALK_UPDATE_SCREENSHOT") == "1":
             shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
+
+
+def test_each_pool_and_limit_on_the_page(
+    real_beanstalkd: BeanstalkServer, tmp_path: Path, page: Any
+) -> None:
+    client = real_beanstalkd.client()
+    ids = {}
+    with supervised_pools(real_beanstalkd, tmp_path, POOLS) as sup:
+        for tube in ("alpha", "beta", "delta"):
+            client.use(tube)
+            ids[tube] = client.put(b"slow", ttr=120)
+        page.goto(sup.url)
+        cells = {t: (_cell(page, "running", i, 0), _cell(page, "running", i, 5))
+                 for t, i in ids.items()}  # fmt: skip
+    assert cells["alpha"][0] == "plain" and cells["alpha"][1].endswith("/ 120s TTR")
+    assert cells["beta"][0] == "bounded" and cells["beta"][1].endswith("/ 90s max runtime")
+    assert cells["delta"][0] == "endless" and cells["delta"][1].endswith("(no limit)")
 
 
 def _refused_then_done(page: Any, sup: Supervised, job_id: int) -> None:

@@ -77,9 +77,10 @@ def test_events_metrics_json_logs_and_notify(
 
             assert metric(port, "cmdstalk_jobs_finished_total", tube="ops", outcome="deleted") == 3
             assert metric(port, "cmdstalk_job_duration_seconds_count", tube="ops") == 3
+            at = {"server": real_beanstalkd.address}  # queue gauges are per server
             wait_until(
-                lambda: metric(port, "cmdstalk_tube_jobs", tube="ops", state="ready") == 0
-                and metric(port, "cmdstalk_tube_waiting_clients", tube="ops") == 2,
+                lambda: metric(port, "cmdstalk_tube_jobs", tube="ops", state="ready", **at) == 0
+                and metric(port, "cmdstalk_tube_waiting_clients", tube="ops", **at) == 2,
                 timeout=30, message="queue gauges: empty tube, two brokers waiting",
             )  # fmt: skip
             wait_until(

@@ -90,6 +90,7 @@ def test_observer_calls_move_the_counters(exporter: MetricsExporter) -> None:
 
 def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
     watched = ["work", "other"]
+    at = {"server": beanstalk.address}
     exp = start_metrics("127.0.0.1:0", beanstalk.address, lambda: list(watched), interval=0.05)
     try:
         producer = beanstalk.client(use="work", watch="work")
@@ -98,7 +99,8 @@ def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
         t = threading.Thread(target=lambda: got.append(waiter.reserve(timeout=20)))
         t.start()
         wait_until(
-            lambda: value(scrape(exp.port), "cmdstalk_tube_waiting_clients", tube="work") == 1,
+            lambda: value(scrape(exp.port), "cmdstalk_tube_waiting_clients", tube="work", **at)
+            == 1,
             timeout=10, message="one client waiting on work",
         )  # fmt: skip
         producer.put(b"wake up")
@@ -119,21 +121,21 @@ def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
         def gauges_match() -> bool:
             s = scrape(exp.port)
             return all(
-                value(s, "cmdstalk_tube_jobs", tube="work", state=k) == v
+                value(s, "cmdstalk_tube_jobs", tube="work", **at, state=k) == v
                 for k, v in expected.items()
-            ) and value(s, "cmdstalk_tube_urgent_jobs", tube="work") == 1
+            ) and value(s, "cmdstalk_tube_urgent_jobs", tube="work", **at) == 1
 
         wait_until(gauges_match, timeout=10, message="gauges equal stats-tube")
         s = scrape(exp.port)
-        assert value(s, "cmdstalk_queue_stats_up") == 1
-        assert value(s, "cmdstalk_tube_waiting_clients", tube="work") == 0
+        assert value(s, "cmdstalk_queue_stats_up", **at) == 1
+        assert value(s, "cmdstalk_tube_waiting_clients", tube="work", **at) == 0
         # "other" does not exist on the server (no jobs, nobody watching): no series at all.
         assert not [k for k in s if ("tube", "other") in k[1]]
 
         watched.remove("work")
         wait_until(
-            lambda: value(scrape(exp.port), "cmdstalk_tube_jobs", tube="work", state="ready")
-            is None,
+            lambda: value(scrape(exp.port), "cmdstalk_tube_jobs", tube="work", state="ready",
+                          **at) is None,
             timeout=10, message="gauges of an unwatched tube removed",
         )  # fmt: skip
     finally:
@@ -142,24 +144,47 @@ def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
 
 def test_survives_a_server_that_is_down_then_up() -> None:
     port = free_port()
+    at = {"server": f"127.0.0.1:{port}"}
     exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{port}", lambda: ["work"], interval=0.05)
     try:
         assert not exp.refresh_queue_stats()
-        assert value(scrape(exp.port), "cmdstalk_queue_stats_up") == 0
+        assert value(scrape(exp.port), "cmdstalk_queue_stats_up", **at) == 0
         with running_beanstalkd(port=port) as server:
             server.client(use="work").put(b"x")
             wait_until(
-                lambda: value(scrape(exp.port), "cmdstalk_tube_jobs", tube="work", state="ready")
-                == 1,
+                lambda: value(scrape(exp.port), "cmdstalk_tube_jobs", tube="work", state="ready",
+                              **at) == 1,
                 timeout=10, message="ready gauge after the server came up",
             )  # fmt: skip
-            assert value(scrape(exp.port), "cmdstalk_queue_stats_up") == 1
+            assert value(scrape(exp.port), "cmdstalk_queue_stats_up", **at) == 1
         wait_until(
-            lambda: value(scrape(exp.port), "cmdstalk_queue_stats_up") == 0,
+            lambda: value(scrape(exp.port), "cmdstalk_queue_stats_up", **at) == 0,
             timeout=10, message="up gauge drops when the server goes away",
         )  # fmt: skip
     finally:
         exp.close()
+
+
+def test_queue_gauges_of_every_server(beanstalk: BeanstalkServer) -> None:
+    """Pools on several servers: each server's queues, labelled with its address."""
+    with running_beanstalkd() as second:
+        servers = [beanstalk.address, second.address]
+        exp = start_metrics("127.0.0.1:0", servers, lambda: ["work"], interval=0.05)
+        try:
+            beanstalk.client(use="work").put(b"x")
+            for _ in range(2):
+                second.client(use="work").put(b"y")
+
+            def both() -> bool:
+                s = scrape(exp.port)
+                return [value(s, "cmdstalk_tube_jobs", server=a, tube="work", state="ready")
+                        for a in servers] == [1, 2] and all(
+                    value(s, "cmdstalk_queue_stats_up", server=a) == 1 for a in servers
+                )  # fmt: skip
+
+            wait_until(both, timeout=10, message="the ready jobs of both servers")
+        finally:
+            exp.close()
 
 
 def test_close_stops_the_http_server() -> None:

@@ -210,3 +210,23 @@ def test_version_and_help() -> None:
     assert proc.returncode == 0
     for option in ("--address", "--all", "--cmd", "--per-tube", "--tubes", "CMDSTALK_CMD"):
         assert option in proc.stdout
+
+
+def test_help_order_survives_the_flag_modules() -> None:
+    """The options live in several modules (embedflags, opsflags, poolflags, fateflags);
+    ``--help`` still lists them in the order users know."""
+    longs = [
+        next(o for o in p.opts if o.startswith("--"))
+        for p in command.params
+        if isinstance(p, click.Option) and p.name not in ("help", "version")
+    ]
+    assert longs == [
+        "--address", "--all", "--cmd", "--per-tube", "--tubes", "--discover-interval",
+        "--max-releases", "--max-timeouts", "--backoff-exponent", "--backoff-max",
+        "--kill-grace", "--ttr-margin", "--shell", "--bury-exit-codes", "--max-jobs",
+        "--shutdown-timeout", "--batch-scheduling", "--embedded", "--embedded-max-job-size",
+        "--binlog", "--binlog-fsync", "--binlog-no-fsync", "--binlog-size", "--log-format",
+        "--log-level", "--events", "--metrics", "--workers", "--tube-limit", "--tube-rate",
+        "--http", "--http-token", "--config", "--check", "--on-exit", "--on-timeout",
+        "--backoff-jitter", "--keep-alive", "--max-runtime",
+    ]

@@ -140,7 +140,8 @@ def test_pools_from_the_file_run_and_sighup_reloads_them(
     stderr = (tmp_path / "stderr").open("wb")
     proc = start_cmdstalk("--config", str(pools), stderr=stderr, stdout=subprocess.DEVNULL)
     try:
-        wait_until(lambda: len(list(out.iterdir())) == 4, timeout=30)
+        # The shell creates each file before its command writes it: wait for the content.
+        wait_until(lambda: sum(f.stat().st_size > 0 for f in out.iterdir()) == 4, timeout=30)
         for job_id in a_ids:
             assert (out / f"a-{job_id}").read_text() == f"hi {work}\n"
         assert (out / f"b-{b_id}").read_text() == "b"

@@ -77,3 +77,39 @@ def test_a_config_built_in_code_refuses_non_finite_numbers(name: str, value: flo
     with pytest.raises(ValueError, match=name):
         changes: dict[str, Any] = {name: value}
         dataclasses.replace(Config(cmd="cat"), **changes)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"on_timeout": "delete"}, "on_timeout: invalid timeout action 'delete'"),
+        ({"on_timeout": "Bury"}, "on_timeout: 'Bury' is not lower case"),
+        ({"on_exit": ((3, "explode"),)}, "on_exit: invalid exit rule '3=explode'"),
+        ({"on_exit": ((300, "bury"),)}, "on_exit: invalid exit code '300'"),
+        ({"tube_limits": (("img", 0),)}, "tube_limits: tube 'img': 0 is below 1"),
+        ({"tube_limits": (("img", 2_000_000),)}, "tube_limits: tube 'img': 2000000 is above"),
+        ({"tube_limits": (("-img", 1),)}, "tube_limits: tube '-img': invalid tube name"),
+        ({"tube_rates": (("img", float("nan"), 1.0),)}, "tube_rates: tube 'img': rate nan/s"),
+        ({"tube_rates": (("img", 0.0, 1.0),)}, "not above 0"),
+        ({"tube_rates": (("img", 1.0, 0.5),)}, "tube_rates: tube 'img': burst 0.5 is below 1"),
+        ({"workers": 0}, "workers 0 is not within 1-1000"),
+        ({"workers": 1001}, "workers 1001 is not within 1-1000"),
+        ({"per_tube": 0}, "per_tube 0 is not within 1-1000"),
+    ],
+)
+def test_a_config_built_in_code_is_checked_by_the_parsers_rules(
+    fields: dict[str, Any], message: str
+) -> None:
+    """The Spark drain and tests build Configs without the flags: the same rules apply,
+    as one ValueError line naming the field."""
+    with pytest.raises(ValueError) as e:
+        Config(cmd="cat", **fields)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_config_built_in_code_with_good_values() -> None:
+    config = Config(
+        cmd="cat", workers=2, tube_limits=(("img", 2),), tube_rates=(("img", 0.5, 1.0),),
+        on_exit=((0, "delete"), (3, "bury")), on_timeout="release",
+    )  # fmt: skip
+    assert config.run_limit(60) == (60.0, "ttr")

@@ -8,9 +8,8 @@ import click
 import pytest
 
 from cmdstalk_py.supervisor.cli import command
-from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.config import SUPERVISOR_FIELDS, Config
 from cmdstalk_py.supervisor.poolfile import (
-    SUPERVISOR_FIELDS,
     PoolFileError,
     load_pools,
     parse_rate,
@@ -152,8 +151,10 @@ def test_tubes_as_list_glob_or_all(
 
 @pytest.mark.parametrize(
     ("value", "rate"),
-    [('"5/s"', (5.0, 1.0)), ('"30/m"', (0.5, 1.0)), ('"36/h"', (0.01, 1.0)), ("2", (2.0, 1.0)),
-     ("2.5", (2.5, 1.0)), ("{ rate = 5, burst = 10 }", (5.0, 10.0)),
+    # The burst defaults to one second's starts, as for --tube-rate (config.default_burst).
+    [('"5/s"', (5.0, 5.0)), ('"30/m"', (0.5, 1.0)), ('"36/h"', (0.01, 1.0)), ("2", (2.0, 2.0)),
+     ("2.5", (2.5, 2.5)), ("{ rate = 5, burst = 10 }", (5.0, 10.0)), ('"5/s:10"', (5.0, 10.0)),
+     ("{ rate = 5 }", (5.0, 5.0)),
      ('{ rate = "120/m", burst = 3 }', (2.0, 3.0))],
 )
 def test_rates(tmp_path: Path, value: str, rate: tuple[float, float]) -> None:
@@ -162,7 +163,7 @@ def test_rates(tmp_path: Path, value: str, rate: tuple[float, float]) -> None:
 
 
 def test_parse_rate_alone() -> None:
-    assert parse_rate("10/s") == (10.0, 1.0)
+    assert parse_rate("10/s") == (10.0, 10.0)
     assert parse_rate({"rate": "6/m", "burst": 2}) == (0.1, 2.0)
 
 
@@ -272,3 +273,25 @@ def test_the_example_file_loads() -> None:
     assert background.workers == 3 and background.tube_limits == (("slow.sh", 1),)
     assert background.tube_rates == (("flaky.py", 2.0, 4.0),)
     assert reports.tubes == ("report.*",) and dict(reports.env)["APP_ENV"] == "example"
+
+
+@pytest.mark.parametrize(
+    ("flag", "key", "value"),
+    [("--tube-rate", "rates", '"1e300/s"'), ("--tube-rate", "rates", '"5/s:2000000"'),
+     ("--tube-limit", "limits", "2000000"), ("--tube-limit", "limits", "0")],
+)
+def test_flag_and_file_share_one_rule(tmp_path: Path, flag: str, key: str, value: str) -> None:
+    """A limit or rate the file refuses, the flag refuses too, and the other way round."""
+    text = value.strip('"')
+    with pytest.raises(click.BadParameter):
+        command.make_context("cmdstalk", ["--cmd", "c", "--tubes", "t", flag, f"t={text}"])
+    with pytest.raises(PoolFileError):
+        one(tmp_path, f'[pools.x]\ncommand = "c"\ntubes = ["t"]\n[pools.x.{key}]\nt = {value}\n')
+
+
+@pytest.mark.parametrize("glob", ["-*", "a b*", "[ab]x y"])
+def test_flag_and_file_share_the_glob_rule(tmp_path: Path, glob: str) -> None:
+    with pytest.raises(click.BadParameter):
+        command.make_context("cmdstalk", ["--cmd", "c", "--tubes", glob])
+    with pytest.raises(PoolFileError):
+        one(tmp_path, f'[pools.x]\ncommand = "c"\ntubes = ["{glob}"]\n')

@@ -6,7 +6,8 @@ load ``http.server``.
 Modules:
 
 - ``board``: ``Board``, the Observer that keeps what the page shows about jobs: the
-  running ones (pid, elapsed, last output lines) and the latest finished ones.
+  running ones (pool, pid, elapsed against the limit that applies: TTR, max runtime or
+  none; last output lines) and the latest finished ones.
 - ``queues``: ``QueueView``, stats-tube of the supervisor's tubes on the dashboard's own
   connection, with rates; polled only when a page or ``/api`` asks, at most once a second.
 - ``actions``: ``Actions``, what a token holder may do: kick a buried job, delete a job,

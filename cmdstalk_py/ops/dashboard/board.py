@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cmdstalk_py.ops.eventlog import signal_name
-from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
 LINES = 20  # output lines kept per running job
@@ -27,25 +27,22 @@ TAIL_LINES = 20  # stderr tail lines of a finished job
 class Running:
     """One running job."""
 
-    pool: str | None
-    tube: str
-    slot: int
-    job_id: int
-    pid: int
-    ttr: int
-    started_at: float
+    start: JobStart
     output: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=LINES))
 
     def as_json(self, now: float) -> dict[str, Any]:
+        s = self.start
         return {
-            "pool": self.pool,
-            "tube": self.tube,
-            "slot": self.slot,
-            "job_id": self.job_id,
-            "pid": self.pid,
-            "ttr": self.ttr,
-            "started_at": self.started_at,
-            "elapsed": round(max(0.0, now - self.started_at), 1),
+            "pool": s.pool,
+            "tube": s.tube,
+            "slot": s.slot,
+            "job_id": s.job_id,
+            "pid": s.pid,
+            "ttr": s.ttr,
+            "limit": s.limit,
+            "limit_kind": s.limit_kind,
+            "started_at": s.started_at,
+            "elapsed": round(max(0.0, now - s.started_at), 1),
             "output": [text for _, text in self.output],
             "streams": [stream for stream, _ in self.output],
         }
@@ -73,40 +70,45 @@ def finished_json(r: JobResult) -> dict[str, Any]:
 class Board(Observer):
     """Running and finished jobs, and the supervisor's state, for the dashboard.
 
-    ``pool``: the name of the pool this supervisor runs (one per process today; a hook
-    that carries the pool replaces it when one process runs several).
+    A running job is found by its broker (``worker``, ``slot``: how ``broker_busy`` names
+    it) and, for its output lines, by its own tube, slot and id (how ``job_output`` does).
     """
 
-    def __init__(self, pool: str | None = None, clock: Any = time.time) -> None:
-        self.pool = pool
+    def __init__(self, clock: Any = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._running: dict[tuple[str, int], Running] = {}
+        self._by_job: dict[tuple[str, int, int], Running] = {}
         self._finished: deque[JobResult] = deque(maxlen=FINISHED)
         self._reconnects: dict[str, tuple[int, float]] = {}
         self.state = "starting"
 
     # -- hooks (broker threads) ------------------------------------------------------------
 
-    def job_started(
-        self, tube: str, slot: int, job_id: int, pid: int, ttr: int, started_at: float
-    ) -> None:
+    def job_started(self, start: JobStart) -> None:
+        running = Running(start)
         with self._lock:
-            self._running[(tube, slot)] = Running(
-                self.pool, tube, slot, job_id, pid, ttr, started_at
-            )
+            self._forget((start.worker, start.slot))
+            self._running[(start.worker, start.slot)] = running
+            self._by_job[(start.tube, start.slot, start.job_id)] = running
 
     def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
         text = line[: LINE_CHARS * 4].decode("utf-8", "replace").rstrip("\r\n")[:LINE_CHARS]
         with self._lock:
-            running = self._running.get((tube, slot))
-            if running is not None and running.job_id == job_id:
+            running = self._by_job.get((tube, slot, job_id))
+            if running is not None:
                 running.output.append((stream, text))
 
     def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
         if not busy:  # the command ended (its result may be reported later)
             with self._lock:
-                self._running.pop((tube, slot), None)
+                self._forget((tube, slot))
+
+    def _forget(self, worker: tuple[str, int]) -> None:
+        running = self._running.pop(worker, None)
+        if running is not None:
+            s = running.start
+            self._by_job.pop((s.tube, s.slot, s.job_id), None)
 
     def job_finished(self, result: JobResult) -> None:
         with self._lock:
@@ -126,10 +128,12 @@ class Board(Observer):
     # -- snapshots (server threads) --------------------------------------------------------
 
     def running(self) -> list[dict[str, Any]]:
-        """Running jobs by tube and slot, elapsed as of now."""
+        """Running jobs by pool, tube and slot, elapsed as of now."""
         now = self._clock()
         with self._lock:
-            jobs = sorted(self._running.values(), key=lambda r: (r.tube, r.slot))
+            jobs = sorted(
+                self._running.values(), key=lambda r: (r.start.pool, r.start.tube, r.start.slot)
+            )
             return [r.as_json(now) for r in jobs]
 
     def finished(self) -> list[dict[str, Any]]:

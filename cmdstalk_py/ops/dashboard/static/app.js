@@ -42,12 +42,24 @@ function lines(list) {
   return el("pre", (list || []).map(visible).join("\n"));
 }
 
+// The limit that applies (Config.run_limit): the TTR, --max-runtime, or none at all
+// (--keep-alive without --max-runtime: the command runs as long as it needs).
+const LIMIT_NAMES = { ttr: "TTR", max_runtime: "max runtime" };
+
 function elapsedCell(job) {
   const cell = el("td", null, "num elapsed");
-  cell.appendChild(el("span", job.elapsed.toFixed(1) + "s / " + job.ttr + "s"));
+  const elapsed = job.elapsed.toFixed(1) + "s";
+  if (job.limit === null || job.limit === undefined) {
+    cell.appendChild(el("span", elapsed + " (no limit)"));
+    cell.dataset.limit = "none";
+    return cell;
+  }
+  const name = LIMIT_NAMES[job.limit_kind] ?? String(job.limit_kind);
+  cell.appendChild(el("span", elapsed + " / " + job.limit + "s " + name));
+  cell.dataset.limit = String(job.limit_kind);
   const bar = el("div", null, "bar");
-  const fillBar = el("span", null, job.elapsed >= job.ttr ? "late" : "");
-  fillBar.style.width = Math.min(100, (100 * job.elapsed) / Math.max(1, job.ttr)) + "%";
+  const fillBar = el("span", null, job.elapsed >= job.limit ? "late" : "");
+  fillBar.style.width = Math.min(100, (100 * job.elapsed) / Math.max(0.1, job.limit)) + "%";
   bar.appendChild(fillBar);
   cell.appendChild(bar);
   return cell;

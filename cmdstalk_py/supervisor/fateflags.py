@@ -16,15 +16,9 @@ from cmdstalk_py.supervisor.config import (
     TIMEOUT_ACTIONS,
     parse_on_exit,
 )
+from cmdstalk_py.supervisor.flagkit import parsed
 
 F = Callable[..., Any]
-
-
-def _parsed_on_exit(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    try:
-        return parse_on_exit(value or ())
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
 
 
 def fate_options(f: F) -> F:
@@ -38,7 +32,7 @@ def fate_options(f: F) -> F:
             show_envvar=True,
             metavar="CODE=ACTION",
             multiple=True,
-            callback=_parsed_on_exit,
+            callback=parsed(lambda value: parse_on_exit(value or ())),
             help="What exit CODE (or LOW-HIGH) does to the job: delete, release (no delay), "
             "backoff or bury (repeatable; default: 0 deletes, others back off).",
         ),

@@ -10,7 +10,8 @@ SparkSession, if there is one; ``register(spark)`` does it for a session started
 
 Modules:
 
-- ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command);
+- ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command;
+  ``drainopts``: ``drain``'s supervisor options and the ``Config`` they build);
   ``session``: a local-friendly SparkSession; ``progress``: progress lines on a terminal;
   ``errors``: one line for a Spark failure (the innermost cause).
 - ``datasource``: the ``beanstalkd`` data source, ``enqueue``, ``enqueue_stream`` and

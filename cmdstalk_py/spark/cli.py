@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cmdstalk_py import __version__
+from cmdstalk_py.spark.drainopts import drain_config, supervisor_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -327,14 +328,7 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
 
 
 @main.command("drain")
-@click.option(
-    "--address",
-    default=DEFAULT_ADDRESS,
-    show_default=True,
-    help="beanstalkd host:port; several separated by commas: every tube of every server.",
-)
-@click.option("--tubes", required=True, help="Comma-separated tubes to drain.")
-@click.option("--cmd", required=True, help="Command run for each job, payload on its stdin.")
+@supervisor_options
 @click.option(
     "--parallelism",
     type=click.IntRange(1),
@@ -356,14 +350,6 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
     type=click.Path(dir_okay=False),
     help="Event log to append to (default: cmdstalk-drain-<UTC time>.jsonl).",
 )
-@click.option("--shell", default="/bin/bash -c", show_default=True)
-@click.option("--max-releases", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--max-timeouts", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--backoff-exponent", type=click.FloatRange(0), default=4.0, show_default=True)
-@click.option("--backoff-max", type=click.IntRange(0), default=None)
-@click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True)
-@click.option("--ttr-margin", type=click.FloatRange(0), default=1.0, show_default=True)
-@click.option("--bury-exit-codes", default="", help="Exit codes that bury at once: 65,78.")
 @click.option(
     "--cwd",
     type=click.Path(file_okay=False),
@@ -379,23 +365,14 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
 @click.pass_context
 def drain_cmd(
     ctx: click.Context,
-    address: str,
-    tubes: str,
-    cmd: str,
+    /,
     parallelism: int,
     max_jobs: int | None,
     idle_timeout: float,
     events_path: str | None,
-    shell: str,
-    max_releases: int,
-    max_timeouts: int,
-    backoff_exponent: float,
-    backoff_max: int | None,
-    kill_grace: float,
-    ttr_margin: float,
-    bury_exit_codes: str,
     cwd: str | None,
     connect_timeout: float,
+    **options: Any,
 ) -> None:
     """Run cmdstalk brokers as Spark tasks until the tubes stay empty (or --max-jobs).
 
@@ -411,6 +388,7 @@ def drain_cmd(
 
     from cmdstalk_py.spark.drain import TaskSetup, drain
     from cmdstalk_py.spark.drainwatch import DrainError
+    from cmdstalk_py.spark.progress import Progress
 
     # Taken before Spark starts: the commands get the user's environment, not Spark's.
     setup = TaskSetup(
@@ -418,33 +396,9 @@ def drain_cmd(
         environ=dict(os.environ),
         connect_timeout=connect_timeout,
     )
-    from cmdstalk_py.supervisor import config as cfg
-
-    try:
-        servers = cfg.parse_addresses(address)
-        (host, port), many = servers[0], len(servers) > 1
-        config = cfg.Config(
-            cmd=cfg.validate_cmd(cmd),
-            host=host,
-            port=port,
-            servers=servers if many else (),
-            tubes=cfg.parse_tubes([tubes]),
-            shell=cfg.parse_shell(shell),
-            max_releases=max_releases,
-            max_timeouts=max_timeouts,
-            backoff_exponent=backoff_exponent,
-            backoff_max=backoff_max,
-            kill_grace=kill_grace,
-            ttr_margin=ttr_margin,
-            bury_exit_codes=cfg.parse_exit_codes(bury_exit_codes),
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    config = drain_config(**options)
     if events_path is None:
         events_path = f"cmdstalk-drain-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.jsonl"
-
-    from cmdstalk_py.spark.progress import Progress
-
     with _session(ctx, "drain") as spark, Progress(spark) as progress:
         try:
             summary = drain(

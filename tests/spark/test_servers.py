@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cmdstalk_py.spark.servers import parse_servers, server_for
-from tests.helpers import BeanstalkServer, free_port, running_beanstalkd
+from tests.helpers import BeanstalkServer, free_port, running_beanstalkd, wait_until
 from tests.spark.rawjobs import drain_tube
 
 if TYPE_CHECKING:
@@ -212,3 +212,34 @@ def test_export_buried_from_two_servers_and_requeue_takes_one(
     assert tube_counts(a, "dlq") == tube_counts(b, "dlq") == (0, 0, 0)
     run = CliRunner().invoke(main, ["requeue", str(out), "--address", b.address])
     assert run.exit_code == 0 and tube_counts(b, "dlq") == (0, 5, 0), run.output
+
+
+def test_progress_names_each_server_and_the_wait_names_the_one_down(
+    two_servers: tuple[BeanstalkServer, BeanstalkServer],
+) -> None:
+    from cmdstalk_py.spark.drainwatch import DrainError, Watch, tube_stats, wait_for_servers
+
+    a, b = two_servers
+    a.client(use="t").put("x")
+    said: list[str] = []
+    watch = Watch((a.address, b.address), ("t",), said.append, interval=0.05)
+    line = watch.line(tube_stats(a.address, ("t",)), a.address)
+    assert line == f"{a.address} t: 0 done, 0 failed (buried), 1 ready, 0 running"
+    with watch:
+        b.client(use="t").put("y")  # a change: the watch says the line again
+        wait_until(lambda: any(f"{b.address} t: 0 done" in x for x in said), 10, message="line")
+    assert f"{a.address} t: 0 done" in said[-1] and f"{b.address} t: " in said[-1]
+    down = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(DrainError) as info:
+        wait_for_servers((a.address, down, b.address), 1.0)
+    assert f"cannot reach beanstalkd at {down} for 1s" in str(info.value)
+    assert a.address not in str(info.value) and time.monotonic() - started < 10
+
+
+def test_drain_refuses_a_malformed_address_list() -> None:
+    from cmdstalk_py.spark.cli import main
+
+    args = ["drain", "--address", "127.0.0.1:1,127.0.0.1:x", "--tubes", "t", "--cmd", "true"]
+    run = CliRunner().invoke(main, args)
+    assert run.exit_code == 2 and "127.0.0.1:x" in run.output, run.output

@@ -243,3 +243,21 @@ def test_drain_refuses_a_malformed_address_list() -> None:
     args = ["drain", "--address", "127.0.0.1:1,127.0.0.1:x", "--tubes", "t", "--cmd", "true"]
     run = CliRunner().invoke(main, args)
     assert run.exit_code == 2 and "127.0.0.1:x" in run.output, run.output
+
+
+@pytest.mark.spark
+def test_a_failed_partition_names_its_server_and_the_count_stays_exact(spark: SparkSession) -> None:
+    from cmdstalk_py.spark.datasource import write_jobs
+    from cmdstalk_py.spark.writeresult import EnqueueFailed
+
+    # The second server takes bodies of 10 bytes at most: its partitions fail at row 0.
+    with running_beanstalkd() as a, running_beanstalkd("-z", "10") as small:
+        df = spark.range(40, numPartitions=4).selectExpr("concat('long-body-', id) as body")
+        with pytest.raises(EnqueueFailed) as info:
+            write_jobs(df, "t", [a.address, small.address])
+        summary = info.value.summary
+        assert [p.partition for p in summary.failures] == [1, 3]
+        assert all(small.address in (p.error or "") for p in summary.failures)
+        assert "JOB_TOO_BIG" in str(info.value) and small.address in str(info.value)
+        assert summary.per_server == {a.address: 20, small.address: 0}
+        assert summary.rows == 20 == a.client().stats_tube("t")["current-jobs-ready"]

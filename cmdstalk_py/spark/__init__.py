@@ -10,7 +10,8 @@ SparkSession, if there is one; ``register(spark)`` does it for a session started
 
 Modules:
 
-- ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command);
+- ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command;
+  ``drainopts``: ``drain``'s supervisor options and the ``Config`` they build);
   ``session``: a local-friendly SparkSession; ``progress``: progress lines on a terminal;
   ``errors``: one line for a Spark failure (the innermost cause).
 - ``datasource``: the ``beanstalkd`` data source, ``enqueue``, ``enqueue_stream`` and
@@ -24,9 +25,12 @@ Modules:
   its charts (inline SVG in the page, PNG files beside it) and HTML page.
 - ``deadletters``: buried jobs to Parquet and back.
 - ``drain``: cmdstalk's own brokers run as Spark tasks (in ``--cwd``, with the driver's
-  environment), results as event-log rows; ``resultstream``: results sent to the driver
-  as they happen (none lost with an executor); ``drainwatch``: the drain seen through the
-  server (bounded wait for it, backlog per tube, progress lines on the driver).
+  environment), results as event-log rows; ``drainplan``: which brokers (tube, server) each
+  task runs, by backlog; ``resultstream``: results sent to the driver as they happen (none
+  lost with an executor); ``drainwatch``: the drain seen through the servers (bounded wait
+  for them, backlog per tube, progress lines on the driver).
+- ``servers``: several servers (``a:11300,b:11300``): the address list, the partition →
+  server round robin of ``enqueue``, the check that each answers before anything starts.
 """
 
 from __future__ import annotations

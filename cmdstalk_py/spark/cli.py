@@ -6,14 +6,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cmdstalk_py import __version__
+from cmdstalk_py.spark.drainopts import drain_config, supervisor_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cmdstalk_py.spark.writeresult import EnqueueSummary
 
 DEFAULT_ADDRESS = "127.0.0.1:11300"
 # What the ``spark`` extra installs: without one of them a command says which extra to get.
@@ -123,7 +126,12 @@ def main(ctx: click.Context, master: str | None, conf: tuple[str, ...], debug: b
     help="Input format (json: one object per line; csv: RFC 4180 with a header line).",
 )
 @click.option("--tube", default="default", show_default=True)
-@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option(
+    "--address",
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    help="beanstalkd host:port; several separated by commas spread the partitions over them.",
+)
 @click.option("--priority", default=1024, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @click.option("--ttr", default=60, show_default=True, type=click.IntRange(0, 2**32 - 1))
@@ -149,18 +157,28 @@ def enqueue(
     body_column: str,
     partitions: int | None,
 ) -> None:
-    """Put one job per row of INPUT (a file, directory or glob) into beanstalkd."""
-    from cmdstalk_py.client.names import DEFAULT_PORT, parse_address, tube_bytes
+    """Put one job per row of INPUT (a file, directory or glob) into beanstalkd.
+
+    With several servers (--address a:11300,b:11300) partition P writes to server P mod N:
+    every server is checked first, and --partitions N or more spreads the rows evenly.
+    """
+    from cmdstalk_py.client.names import tube_bytes
     from cmdstalk_py.spark.datasource import write_jobs
     from cmdstalk_py.spark.inputs import InputError, read_jobs
     from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.spark.servers import ServerUnreachable, check_servers, parse_servers
     from cmdstalk_py.spark.writeresult import EnqueueFailed
 
     try:
         tube_bytes(tube)
-        parse_address(address, DEFAULT_PORT)
+        servers = parse_servers(address)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    if len(servers) > 1:
+        try:  # before Spark starts: a JVM is not worth starting for a server that is down
+            check_servers(servers)
+        except ServerUnreachable as exc:
+            raise click.ClickException(f"enqueue failed, nothing was enqueued: {exc}") from exc
     with _session(ctx, "enqueue") as spark, Progress(spark):
         try:
             df = read_jobs(spark, input_path, fmt, body_column)
@@ -170,21 +188,32 @@ def enqueue(
             df = df.repartition(partitions)
         started = time.monotonic()
         try:
-            summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
+            summary = write_jobs(df, tube, servers, priority=priority, delay=delay, ttr=ttr)
         except EnqueueFailed as exc:
             for line in exc.summary.warnings():
                 click.echo(line, err=True)
             raise click.ClickException(f"enqueue failed: {exc}") from exc
+        except ServerUnreachable as exc:  # went down after the check above
+            raise click.ClickException(f"enqueue failed, nothing was enqueued: {exc}") from exc
         elapsed = time.monotonic() - started
     for line in summary.warnings():
         click.echo(line, err=True)
     rate = summary.rows / elapsed if elapsed > 0 else 0.0
     per_tube = ", ".join(f"{t}: {n}" for t, n in sorted(summary.per_tube.items()))
     click.echo(
-        f"enqueued {summary.rows} jobs ({summary.body_bytes} body bytes) to {address} "
+        f"enqueued {summary.rows} jobs ({summary.body_bytes} body bytes) "
+        f"to {_to(servers, summary)} "
         f"in {len(summary.partitions)} partitions, {elapsed:.1f}s, {rate:,.0f} jobs/s"
         + (f" [{per_tube}]" if per_tube else "")
     )
+
+
+def _to(servers: tuple[str, ...], summary: EnqueueSummary) -> str:
+    """Where the jobs went: the server, or each server with its count."""
+    if len(servers) == 1:
+        return servers[0]
+    per_server = summary.per_server
+    return ", ".join(f"{server} ({per_server.get(server, 0)})" for server in servers)
 
 
 @main.command()
@@ -228,7 +257,12 @@ def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -
 
 
 @main.command("export-buried")
-@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option(
+    "--address",
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    help="beanstalkd host:port; several separated by commas: each one's buried jobs.",
+)
 @click.option("--tube", required=True)
 @click.option(
     "--out", required=True, type=click.Path(dir_okay=False), help="Parquet file to write."
@@ -244,17 +278,24 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool, overwrite
     """
     from cmdstalk_py.client.errors import BeanstalkdError
     from cmdstalk_py.spark.deadletters import ExportError, export_buried
+    from cmdstalk_py.spark.servers import parse_servers
+
+    try:
+        servers = parse_servers(address)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
     def progress(n: int) -> None:
         click.echo(f"  {n} jobs exported...", err=True)
 
     try:
         result = export_buried(
-            address, tube, out, delete=delete, overwrite=overwrite, progress=progress
+            servers, tube, out, delete=delete, overwrite=overwrite, progress=progress
         )
     except (ExportError, BeanstalkdError, OSError) as exc:
         raise click.ClickException(f"export failed, nothing deleted: {exc}") from exc
-    click.echo(f"exported {result.jobs} buried jobs of tube {tube!r} to {result.path}")
+    where = f" from {', '.join(servers)}" if len(servers) > 1 else ""
+    click.echo(f"exported {result.jobs} buried jobs of tube {tube!r}{where} to {result.path}")
     if delete:
         click.echo(
             f"deleted {result.deleted}; {result.not_deleted} were no longer buried and were kept"
@@ -264,12 +305,20 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool, overwrite
 @main.command("requeue")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--tube", help="Put every job into this tube (default: the tube it came from).")
-@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
+@click.option(
+    "--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port (one)."
+)
 @click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
     """Put the jobs of an export-buried file back into beanstalkd (body, priority, ttr)."""
     from cmdstalk_py.spark.deadletters import ExportError, requeue
     from cmdstalk_py.spark.putter import PutFailed
+    from cmdstalk_py.spark.servers import one_server
+
+    try:
+        address = one_server(address, "requeue")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
     try:
         n = requeue(path, address, tube, delay=delay)
@@ -279,9 +328,7 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
 
 
 @main.command("drain")
-@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port.")
-@click.option("--tubes", required=True, help="Comma-separated tubes to drain.")
-@click.option("--cmd", required=True, help="Command run for each job, payload on its stdin.")
+@supervisor_options
 @click.option(
     "--parallelism",
     type=click.IntRange(1),
@@ -303,14 +350,6 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
     type=click.Path(dir_okay=False),
     help="Event log to append to (default: cmdstalk-drain-<UTC time>.jsonl).",
 )
-@click.option("--shell", default="/bin/bash -c", show_default=True)
-@click.option("--max-releases", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--max-timeouts", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--backoff-exponent", type=click.FloatRange(0), default=4.0, show_default=True)
-@click.option("--backoff-max", type=click.IntRange(0), default=None)
-@click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True)
-@click.option("--ttr-margin", type=click.FloatRange(0), default=1.0, show_default=True)
-@click.option("--bury-exit-codes", default="", help="Exit codes that bury at once: 65,78.")
 @click.option(
     "--cwd",
     type=click.Path(file_okay=False),
@@ -326,36 +365,30 @@ def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:
 @click.pass_context
 def drain_cmd(
     ctx: click.Context,
-    address: str,
-    tubes: str,
-    cmd: str,
+    /,
     parallelism: int,
     max_jobs: int | None,
     idle_timeout: float,
     events_path: str | None,
-    shell: str,
-    max_releases: int,
-    max_timeouts: int,
-    backoff_exponent: float,
-    backoff_max: int | None,
-    kill_grace: float,
-    ttr_margin: float,
-    bury_exit_codes: str,
     cwd: str | None,
     connect_timeout: float,
+    **options: Any,
 ) -> None:
     """Run cmdstalk brokers as Spark tasks until the tubes stay empty (or --max-jobs).
 
     The brokers are the supervisor's own code: TTR kills, backoff and bury rules (the
     policy options mean what they mean for cmdstalk). Commands run in --cwd with this
     shell's environment plus CMDSTALK_*, on whichever machine runs the task. Every job's
-    result is appended to the event log, which `report` reads.
+    result is appended to the event log, which `report` reads. With several servers
+    (--address a:11300,b:11300) every tube of every server gets at least one broker, and
+    the progress lines and the event log's `server` say which server a job came from.
     """
     import datetime as dt
     import os
 
     from cmdstalk_py.spark.drain import TaskSetup, drain
     from cmdstalk_py.spark.drainwatch import DrainError
+    from cmdstalk_py.spark.progress import Progress
 
     # Taken before Spark starts: the commands get the user's environment, not Spark's.
     setup = TaskSetup(
@@ -363,31 +396,9 @@ def drain_cmd(
         environ=dict(os.environ),
         connect_timeout=connect_timeout,
     )
-    from cmdstalk_py.supervisor import config as cfg
-
-    try:
-        host, port = cfg.parse_address(address)
-        config = cfg.Config(
-            cmd=cfg.validate_cmd(cmd),
-            host=host,
-            port=port,
-            tubes=cfg.parse_tubes([tubes]),
-            shell=cfg.parse_shell(shell),
-            max_releases=max_releases,
-            max_timeouts=max_timeouts,
-            backoff_exponent=backoff_exponent,
-            backoff_max=backoff_max,
-            kill_grace=kill_grace,
-            ttr_margin=ttr_margin,
-            bury_exit_codes=cfg.parse_exit_codes(bury_exit_codes),
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    config = drain_config(**options)
     if events_path is None:
         events_path = f"cmdstalk-drain-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.jsonl"
-
-    from cmdstalk_py.spark.progress import Progress
-
     with _session(ctx, "drain") as spark, Progress(spark) as progress:
         try:
             summary = drain(

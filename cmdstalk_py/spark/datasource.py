@@ -7,10 +7,15 @@ Columns: ``body`` (string or binary, required; strings are sent as UTF-8); optio
 (string), ``priority``, ``delay``, ``ttr`` (integers) override the options per row where not
 null. Any other column is an error, so a misspelt override never goes silently unused.
 
-Options: ``address`` (``host:port``, default 127.0.0.1:11300), ``tube`` (default
+Options: ``address`` (``host:port``, or several separated by commas, default
+127.0.0.1:11300), ``tube`` (default
 ``default``), ``priority`` (1024), ``delay`` (0), ``ttr`` (60), and ``summary_path``: a file
 on the driver where the commit writes the per-partition row counts as JSON (``enqueue`` uses
 it to return the count).
+
+With several servers the rows are spread by partition, round robin (``servers``): partition
+``p`` writes every row to server ``p % n``, so have at least as many partitions as servers.
+Every server is checked before any task starts; a write that fails names the server.
 
 Delivery is at-least-once. Each partition is one Spark task with one connection; jobs are
 visible to workers as soon as the server acknowledges them, and beanstalkd has no
@@ -53,8 +58,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cmdstalk_py.client.names import DEFAULT_PORT, check_u32, parse_address, tube_bytes
+from cmdstalk_py.client.names import check_u32, tube_bytes
 from cmdstalk_py.spark.putter import PutFailed, Putter
+from cmdstalk_py.spark.servers import check_servers, parse_servers, server_for
 from cmdstalk_py.spark.writeresult import EnqueueFailed, EnqueueSummary, PartitionCommit
 
 if TYPE_CHECKING:
@@ -95,11 +101,16 @@ class WriteOptions:
             ttr=int(opts.get("ttr", "60")),
             summary_path=opts.get("summary_path"),
         )
-        parse_address(out.address, DEFAULT_PORT)
+        parse_servers(out.address)
         tube_bytes(out.tube)
         for name in ("priority", "delay", "ttr"):
             check_u32(name, getattr(out, name))
         return out
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The servers the rows are spread over (``address`` split at its commas)."""
+        return parse_servers(self.address)
 
 
 def check_schema(schema: StructType) -> None:
@@ -149,10 +160,11 @@ class BeanstalkdWriter(DataSourceArrowWriter):
         partition = ctx.partitionId() if ctx is not None else -1
         attempt = ctx.attemptNumber() if ctx is not None else 0
         o = self.options
+        server = server_for(o.servers, partition)
         started = time.monotonic()
         put: Putter | None = None
         try:
-            with Putter(o.address, o.tube, o.priority, o.delay, o.ttr, partition=partition) as put:
+            with Putter(server, o.tube, o.priority, o.delay, o.ttr, partition=partition) as put:
                 try:
                     _put_batches(put, iterator, partition)
                 except (ValueError, PutFailed) as exc:
@@ -184,6 +196,7 @@ class BeanstalkdWriter(DataSourceArrowWriter):
                 reply=exc.reply,
                 row=exc.row,
                 unconfirmed=exc.unconfirmed,
+                server=server,
             )
         return PartitionCommit(
             partition=partition,
@@ -192,6 +205,7 @@ class BeanstalkdWriter(DataSourceArrowWriter):
             seconds=time.monotonic() - started,
             per_tube=stats.per_tube,
             attempt=attempt,
+            server=server,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -249,7 +263,10 @@ class BeanstalkdDataSource(DataSource):
         if overwrite:
             raise ValueError("the beanstalkd data source only appends: use mode('append')")
         check_schema(schema)
-        return BeanstalkdWriter(WriteOptions.parse(dict(self.options)))
+        options = WriteOptions.parse(dict(self.options))
+        if len(options.servers) > 1:
+            check_servers(options.servers)  # on the driver, before any task (see write_jobs)
+        return BeanstalkdWriter(options)
 
 
 def _registered(spark: SparkSession) -> bool:
@@ -274,20 +291,29 @@ def register(spark: SparkSession) -> None:
 def write_jobs(
     df: DataFrame,
     tube: str = "default",
-    address: str = DEFAULT_ADDRESS,
+    address: str | Sequence[str] = DEFAULT_ADDRESS,
     *,
     priority: int = 1024,
     delay: int = 0,
     ttr: int = 60,
 ) -> EnqueueSummary:
     """Enqueue every row of ``df`` (see the module doc for columns); the commit's summary.
-    ``EnqueueFailed`` (with the summary: what was put) when a partition failed."""
+    ``EnqueueFailed`` (with the summary: what was put) when a partition failed.
+
+    ``address``: one ``host:port``, several separated by commas, or a list; with several,
+    each is checked first (``ServerUnreachable``, nothing enqueued, when one does not
+    answer) and the partitions are spread over them round robin."""
+    servers = parse_servers(address)
+    if len(servers) > 1:
+        # One server down would leave a partial write behind; with a single server every
+        # partition fails before its first put and names the server itself.
+        check_servers(servers)
     register(df.sparkSession)
     with tempfile.TemporaryDirectory(prefix="cmdstalk-enqueue-") as tmp:
         summary = Path(tmp) / "summary.json"
         (
             df.write.format("beanstalkd")
-            .option("address", address)
+            .option("address", ",".join(servers))
             .option("tube", tube)
             .option("priority", str(priority))
             .option("delay", str(delay))
@@ -305,13 +331,14 @@ def write_jobs(
 def enqueue(
     df: DataFrame,
     tube: str = "default",
-    address: str = DEFAULT_ADDRESS,
+    address: str | Sequence[str] = DEFAULT_ADDRESS,
     *,
     priority: int = 1024,
     delay: int = 0,
     ttr: int = 60,
 ) -> int:
-    """Enqueue every row of ``df`` as a job; the number of jobs the server acknowledged."""
+    """Enqueue every row of ``df`` as a job; the number of jobs the servers acknowledged.
+    ``address``: one server or several (see ``write_jobs``)."""
     summary = write_jobs(df, tube, address, priority=priority, delay=delay, ttr=ttr)
     return summary.rows
 
@@ -319,7 +346,7 @@ def enqueue(
 def enqueue_stream(
     stream_df: DataFrame,
     tube: str,
-    address: str = DEFAULT_ADDRESS,
+    address: str | Sequence[str] = DEFAULT_ADDRESS,
     *,
     checkpoint_location: str,
     available_now: bool = False,

@@ -20,13 +20,17 @@ it is skipped (a kick landing in the microseconds between our ``stats-job`` and
 With ``delete``, nothing is deleted until the Parquet file is complete, fsynced, renamed
 into place and its directory fsynced; then each exported job is deleted only if it is still
 buried in the same tube.
+
+Several servers (``a:11300,b:11300``): the export walks each server's list in turn into the
+one file, whose ``source`` column names the server a row came from (job ids are per
+server), and deletes on each server what it exported from it. ``requeue`` takes one server.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +41,7 @@ from cmdstalk_py.client.errors import CONNECTION_ERRORS, BeanstalkdError, NotFou
 from cmdstalk_py.client.pipeline import Client
 from cmdstalk_py.client.replies import parse_int, parse_reply
 from cmdstalk_py.spark.putter import Putter
+from cmdstalk_py.spark.servers import one_server, parse_servers
 
 STAT_FIELDS = (
     "priority",
@@ -210,7 +215,7 @@ def _install(tmp: Path, path: Path, overwrite: bool) -> None:
 
 
 def export_buried(
-    address: str,
+    address: str | Sequence[str],
     tube: str,
     out: str | Path,
     *,
@@ -222,30 +227,34 @@ def export_buried(
     """Write every buried job of ``tube`` to the Parquet file ``out``; with ``delete``,
     delete them from the server once the file is durable. An existing ``out`` is an
     ``ExportError`` unless ``overwrite``: it may hold dead letters that are no longer on
-    the server. ``fsync`` is injectable so tests can check the order of events."""
+    the server. ``fsync`` is injectable so tests can check the order of events.
+
+    ``address``: one server, several separated by commas, or a list: the buried jobs of
+    ``tube`` on each go to the one file, ``source`` naming the server (ids are per server)."""
+    servers = parse_servers(address)
     path = Path(out)
     if path.exists() and not overwrite:
         raise ExportError(_exists(path))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    exported: list[int] = []
+    exported: list[tuple[str, int]] = []  # (server, job id)
     now = dt.datetime.now(dt.UTC)
     try:
         # Job bodies are private: the file is the owner's alone from its first byte.
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         with pq.ParquetWriter(tmp, SCHEMA) as writer:
             rows: list[dict[str, object]] = []
-            for job in iter_buried(address, tube):
+            for server, job in _buried_on_each(servers, tube):
                 rows.append(
                     {
                         "id": job.id,
                         "tube": job.tube,
                         "body": job.body,
                         **job.stats,
-                        "source": address,
+                        "source": server,
                         "exported_at": now,
                     }
                 )
-                exported.append(job.id)
+                exported.append((server, job.id))
                 if len(rows) >= ROW_GROUP:
                     writer.write_table(pa.Table.from_pylist(rows, SCHEMA))
                     rows = []
@@ -261,18 +270,32 @@ def export_buried(
         tmp.unlink(missing_ok=True)
     result = ExportResult(path, len(exported))
     if delete:
-        with Client.connect(address) as conn:
-            for job_id in exported:
-                stats = _stats_job(conn, job_id)
-                still = stats is not None and (stats.get("state"), stats.get("tube")) == (
-                    "buried",
-                    tube,
-                )
-                if still and _delete(conn, job_id):
-                    result.deleted += 1
-                else:
-                    result.not_deleted += 1
+        for server in servers:
+            _delete_exported(server, tube, [i for s, i in exported if s == server], result)
     return result
+
+
+def _buried_on_each(servers: Sequence[str], tube: str) -> Iterator[tuple[str, BuriedJob]]:
+    for server in servers:
+        for job in iter_buried(server, tube):
+            yield server, job
+
+
+def _delete_exported(server: str, tube: str, ids: list[int], result: ExportResult) -> None:
+    """Delete the exported jobs still buried in ``tube``; count the others as kept."""
+    if not ids:
+        return
+    with Client.connect(server) as conn:
+        for job_id in ids:
+            stats = _stats_job(conn, job_id)
+            still = stats is not None and (stats.get("state"), stats.get("tube")) == (
+                "buried",
+                tube,
+            )
+            if still and _delete(conn, job_id):
+                result.deleted += 1
+            else:
+                result.not_deleted += 1
 
 
 def _export_file(path: str | Path) -> pq.ParquetFile:
@@ -295,7 +318,9 @@ def requeue(
 ) -> int:
     """Put every job of an export file back (its body, priority and ttr; ``tube`` or the
     tube it came from). Returns the number of jobs put. At-least-once: if this fails part
-    way, the error says how many were put; running it again puts those again."""
+    way, the error says how many were put; running it again puts those again. One
+    server: the jobs of a file exported from several go back to the one named."""
+    one_server(address, "requeue")
     table_file = _export_file(path)
     with Putter(address, tube or "default", partition=None, delay=delay) as put:
         for batch in table_file.iter_batches(columns=["tube", "body", "priority", "ttr"]):

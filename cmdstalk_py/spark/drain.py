@@ -11,10 +11,10 @@ one JSON-lines file: the same schema ``cmdstalk --events`` writes and ``report``
 Commands run in ``TaskSetup.cwd`` (the CLI's ``--cwd``, by default the driver's working
 directory; a task fails clearly where it does not exist) with ``TaskSetup.environ`` (the
 driver's environment) plus ``CMDSTALK_*``, not in the executor's work directory with
-Spark's environment. The driver waits at most ``connect_timeout`` seconds for the server,
-and so does each task; brokers are shared out over the tubes by backlog
-(``plan_brokers``), and the driver prints each tube's progress from the server's stats
-(``drainwatch``).
+Spark's environment. The driver waits at most ``connect_timeout`` seconds for the servers,
+and so does each task; brokers are shared out over the tubes (of every server, with
+several) by backlog (``drainplan``), and the driver prints each tube's progress from the
+servers' stats (``drainwatch``).
 
 Limits worth knowing:
 - ``max_jobs`` is split evenly across the brokers (tasks cannot share one counter); a
@@ -45,84 +45,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.eventlog import encode_line, event_record
 from cmdstalk_py.ops.observers import Observer
-from cmdstalk_py.spark.drainwatch import DrainError, Watch, backlog, wait_for_server
+from cmdstalk_py.spark.drainplan import BrokerSpec as BrokerSpec
+from cmdstalk_py.spark.drainplan import broker_shares as broker_shares
+from cmdstalk_py.spark.drainplan import plan_brokers as plan_brokers
+from cmdstalk_py.spark.drainplan import plan_server_brokers
+from cmdstalk_py.spark.drainwatch import DrainError, Watch, backlog, wait_for_servers
 from cmdstalk_py.spark.resultstream import ResultServer, ResultStream, line_fields
 from cmdstalk_py.supervisor.broker import Broker
-from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.config import Config, parse_address
 from cmdstalk_py.supervisor.results import JobResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-@dataclass(frozen=True)
-class BrokerSpec:
-    """One broker a task runs: tube, slot within the tube, and its share of --max-jobs."""
-
-    tube: str
-    slot: int
-    max_jobs: int | None
-
-
-def broker_shares(
-    tubes: tuple[str, ...], parallelism: int, backlog: Mapping[str, int]
-) -> dict[str, int]:
-    """Brokers per tube: ``parallelism`` shared out in proportion to each tube's backlog
-    (largest remainders first), and at least one for every tube."""
-    total = sum(max(0, backlog.get(t, 0)) for t in tubes)
-    if total == 0:  # nothing to weigh by: as evenly as possible
-        count = max(parallelism, len(tubes))
-        return {
-            t: count // len(tubes) + (1 if i < count % len(tubes) else 0)
-            for i, t in enumerate(tubes)
-        }
-    exact = {t: parallelism * max(0, backlog.get(t, 0)) / total for t in tubes}
-    shares = {t: int(v) for t, v in exact.items()}
-    by_remainder = sorted(tubes, key=lambda t: exact[t] - shares[t], reverse=True)
-    for t in by_remainder[: parallelism - sum(shares.values())]:
-        shares[t] += 1
-    return {t: max(1, n) for t, n in shares.items()}
-
-
-def plan_brokers(
-    tubes: tuple[str, ...],
-    parallelism: int,
-    max_jobs: int | None,
-    backlog: Mapping[str, int] | None = None,
-) -> list[list[BrokerSpec]]:
-    """Brokers per task, ``parallelism`` tasks at most.
-
-    Without ``backlog``: ``max(parallelism, len(tubes))`` brokers dealt round-robin over the
-    tubes and the tasks. With it: :func:`broker_shares` brokers per tube, so the biggest
-    tube gets the most, each placed in the task with the least backlog per broker so far.
-    ``max_jobs`` is split evenly (brokers whose share is 0 are left out).
-    """
-    if parallelism < 1 or not tubes:
-        raise ValueError("need at least one tube and a parallelism of at least 1")
-    shares: dict[str, int] = {}
-    if backlog is None:
-        count = max(parallelism, len(tubes))
-        order = [(tubes[k % len(tubes)], k // len(tubes)) for k in range(count)]
-    else:
-        shares = broker_shares(tubes, parallelism, backlog)
-        order = [(t, slot) for t in tubes for slot in range(shares[t])]
-    tasks: list[list[BrokerSpec]] = [[] for _ in range(parallelism)]
-    load = [0.0] * parallelism
-    for k, (tube, slot) in enumerate(order):
-        share = None
-        if max_jobs is not None:
-            share = max_jobs // len(order) + (1 if k < max_jobs % len(order) else 0)
-            if share == 0:
-                continue
-        if backlog is None:
-            target = k % parallelism
-        else:
-            target = min(range(parallelism), key=lambda i: (load[i], len(tasks[i])))
-            load[target] += backlog.get(tube, 0) / shares[tube]
-        tasks[target].append(BrokerSpec(tube, slot, share))
-    return [t for t in tasks if t]
 
 
 @dataclass(frozen=True)
@@ -156,8 +93,8 @@ def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float, setup
             f"--cwd {setup.cwd} does not exist on executor host {hostname}: commands run "
             "there; give a directory every worker machine has"
         )
-    address = f"{config.host}:{config.port}"
-    wait_for_server(address, setup.connect_timeout, f" from executor host {hostname}")
+    servers = sorted({spec.server or config.address for spec in specs})
+    wait_for_servers(servers, setup.connect_timeout, f" from executor host {hostname}")
     ctx = TaskContext.get()
     partition, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
     assert setup.results is not None
@@ -187,14 +124,15 @@ def _run_brokers(
     run_config = command_config(config, setup.cwd)
     threads = []
     for spec in specs:
+        address = parse_address(spec.server) if spec.server is not None else None
         broker = Broker(
             run_config, spec.tube, spec.slot, observer=sender, environ=setup.environ,
-            kill=kill_now, kill_now=kill_now,
+            kill=kill_now, kill_now=kill_now, address=address,
         )  # fmt: skip
         thread = threading.Thread(
             target=broker.run,
             args=(stop, spec.max_jobs, idle_timeout),
-            name=f"broker-{spec.tube}:{spec.slot}",
+            name=f"broker-{spec.server or ''}/{spec.tube}:{spec.slot}",
         )
         thread.start()
         threads.append(thread)
@@ -250,10 +188,12 @@ class DrainSummary:
     tasks: int = 0
     brokers: int = 0
     rerun_tasks: int = 0
+    per_server: Counter[str] = field(default_factory=Counter)
 
-    def add(self, tube: str, outcome: str, exit_code: int | None) -> None:
+    def add(self, tube: str, outcome: str, exit_code: int | None, server: str = "") -> None:
         """Count one job's result."""
         self.jobs += 1
+        self.per_server[server] += 1
         self.outcomes[(tube, outcome)] += 1
         if exit_code is not None:
             self.exit_codes[exit_code] += 1
@@ -268,6 +208,10 @@ class DrainSummary:
         for tube in sorted({t for t, _ in self.outcomes}):
             parts = [f"{o} {n}" for (t, o), n in sorted(self.outcomes.items()) if t == tube]
             out.append(f"  {tube}: " + ", ".join(parts))
+        if len(self.per_server) > 1:
+            out.append(
+                "  servers: " + ", ".join(f"{s} {n}" for s, n in sorted(self.per_server.items()))
+            )
         failing = {c: n for c, n in self.exit_codes.items() if c != 0}
         if failing:
             top = sorted(failing.items(), key=lambda item: (-item[1], item[0]))[:5]
@@ -294,13 +238,14 @@ def drain(
     say: Callable[[str], None] | None = None,
     setup: TaskSetup | None = None,
 ) -> DrainSummary:
-    """Run ``parallelism`` Spark tasks of brokers over ``config.tubes``; append every job's
-    event line to ``events_path`` (when given) and return the summary. ``DrainError`` if
-    the server stays unreachable for ``setup.connect_timeout`` seconds."""
+    """Run ``parallelism`` Spark tasks of brokers over ``config.tubes`` on every server of
+    ``config.addresses``; append every job's event line to ``events_path`` (when given) and
+    return the summary. ``DrainError`` naming the servers that stay unreachable for
+    ``setup.connect_timeout`` seconds."""
     setup = setup or TaskSetup()
-    address = f"{config.host}:{config.port}"
-    wait_for_server(address, setup.connect_timeout)
-    plan = plan_brokers(config.tubes, parallelism, max_jobs, backlog(address, config.tubes))
+    servers = tuple(format_address(host, port) for host, port in config.addresses)
+    wait_for_servers(servers, setup.connect_timeout)
+    plan = _plan(servers, config.tubes, parallelism, max_jobs)
     slots = spark.sparkContext.defaultParallelism
     if say is not None and len(plan) > slots:
         say(f"warning: {len(plan)} tasks but {slots} task slots: brokers will run in waves")
@@ -323,13 +268,23 @@ def drain(
         )
         if say is not None:
             say(f"running {summary.brokers} brokers in {len(plan)} tasks on {config.tubes}")
-        with Watch(address, config.tubes, say or (lambda line: None)):
+        with Watch(servers, config.tubes, say or (lambda line: None)):
             rdd.count()
         server.close()  # every connection read to its end
         summary.rerun_tasks = sum(n - 1 for n in server.attempts.values())
     summary.seconds = time.monotonic() - started
     summary.events_path = path
     return summary
+
+
+def _plan(
+    servers: tuple[str, ...], tubes: tuple[str, ...], parallelism: int, max_jobs: int | None
+) -> list[list[BrokerSpec]]:
+    """The brokers of each task, weighed by the backlog each server has now."""
+    if len(servers) == 1:
+        return plan_brokers(tubes, parallelism, max_jobs, backlog(servers[0], tubes))
+    weights = {(s, t): n for s in servers for t, n in backlog(s, tubes).items()}
+    return plan_server_brokers(servers, tubes, parallelism, max_jobs, weights)
 
 
 def _driver_host(spark: SparkSession) -> str:

@@ -104,7 +104,7 @@ class Putter:
             self._conn = Client.connect(address, timeout=timeout)
         except ConnectionLost as exc:
             raise PutFailed(
-                f"{self._where()}: {exc}",
+                f"{self._where(server=False)}: {exc}",
                 reply="CONNECTION_REFUSED",
                 partition=partition,
                 row=None,
@@ -136,9 +136,13 @@ class Putter:
         """Rows handed to the putter so far (sent or not, acknowledged or not)."""
         return self._next_row
 
-    def _where(self) -> str:
-        return "beanstalkd write" + (
-            f" (partition {self.partition})" if self.partition is not None else ""
+    def _where(self, server: bool = True) -> str:
+        # Rows may be spread over several servers: a failure names the one it came from,
+        # unless the message names it already (a connection that failed or broke).
+        return (
+            "beanstalkd write"
+            + (f" (partition {self.partition})" if self.partition is not None else "")
+            + (f" to {self.address}" if server else "")
         )
 
     def put_batch(
@@ -253,7 +257,8 @@ class Putter:
         sent = len(self._expect) - self._unsent
         unconfirmed = sum(1 for i, e in enumerate(self._expect) if i < sent and e >= 0)
         raise PutFailed(
-            f"{self._where()}: connection to beanstalkd at {self.address} lost{detail}; "
+            f"{self._where(server=False)}: connection to beanstalkd at {self.address} "
+            f"lost{detail}; "
             f"{self._acked} rows were acknowledged, {unconfirmed} sent rows are unconfirmed",
             reply="CONNECTION_LOST",
             partition=self.partition,

@@ -92,8 +92,8 @@ class ResultStream:
         self._sock.close()
 
 
-def line_fields(line: bytes) -> tuple[str, str, int | None]:
-    """(tube, outcome, exit_code) of an event-log line."""
+def line_fields(line: bytes) -> tuple[str, str, int | None, str]:
+    """(tube, outcome, exit_code, server) of an event-log line."""
     record = json.loads(line)
     exit_code = record.get("exit_code")
-    return str(record["tube"]), str(record["outcome"]), exit_code
+    return str(record["tube"]), str(record["outcome"]), exit_code, str(record.get("server", ""))

@@ -34,6 +34,7 @@ class PartitionCommit(WriterCommitMessage):
     reply: str | None = None
     row: int | None = None
     unconfirmed: int = 0
+    server: str = ""  # host:port this partition wrote to
 
 
 @dataclass
@@ -74,6 +75,14 @@ class EnqueueSummary:
     def failures(self) -> list[PartitionCommit]:
         """The partitions that failed, in partition order."""
         return [p for p in self.partitions if p.error is not None]
+
+    @property
+    def per_server(self) -> dict[str, int]:
+        """Jobs acknowledged per server, in the order the partitions reached them."""
+        out: dict[str, int] = {}
+        for p in self.partitions:
+            out[p.server] = out.get(p.server, 0) + p.rows
+        return out
 
     @property
     def retried(self) -> list[PartitionCommit]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 DEFAULT_PORT = 11300
+DEFAULT_ADDRESS = "127.0.0.1:11300"  # private by default: the loopback interface
 MAX_TUBE_NAME = 200
 MAX_U32 = 2**32 - 1  # priority, delay and TTR are unsigned 32-bit fields
 

@@ -11,7 +11,8 @@ SparkSession, if there is one; ``register(spark)`` does it for a session started
 Modules:
 
 - ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command;
-  ``drainopts``: ``drain``'s supervisor options and the ``Config`` they build);
+  ``drainopts``: ``drain``'s supervisor options and the ``Config`` they build;
+  ``deadcmds``: the ``export-buried`` and ``requeue`` commands);
   ``session``: a local-friendly SparkSession; ``progress``: progress lines on a terminal;
   ``errors``: one line for a Spark failure (the innermost cause).
 - ``datasource``: the ``beanstalkd`` data source, ``enqueue``, ``enqueue_stream`` and

@@ -58,7 +58,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cmdstalk_py.client.names import check_u32, tube_bytes
+from cmdstalk_py.client.names import DEFAULT_ADDRESS, check_u32, tube_bytes
 from cmdstalk_py.spark.putter import PutFailed, Putter
 from cmdstalk_py.spark.servers import check_servers, parse_servers, server_for
 from cmdstalk_py.spark.writeresult import EnqueueFailed, EnqueueSummary, PartitionCommit
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-DEFAULT_ADDRESS = "127.0.0.1:11300"
 BODY = "body"
 OVERRIDES = {"tube": (StringType,), "priority": (ByteType, ShortType, IntegerType, LongType)}
 OVERRIDES["delay"] = OVERRIDES["priority"]

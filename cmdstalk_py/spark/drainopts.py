@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cmdstalk_py.client.names import DEFAULT_ADDRESS
+
 if TYPE_CHECKING:
     from cmdstalk_py.supervisor.config import Config
 
@@ -16,7 +18,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _OPTIONS = [
     click.option(
         "--address",
-        default="127.0.0.1:11300",
+        default=DEFAULT_ADDRESS,
         show_default=True,
         help="beanstalkd host:port; several separated by commas: every tube of every server.",
     ),

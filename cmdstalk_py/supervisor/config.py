@@ -14,13 +14,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from cmdstalk_py.client.names import DEFAULT_ADDRESS as DEFAULT_ADDRESS
+
 # The project's one tube-name rule and address parser; the command line takes them from here.
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.names import parse_address as parse_address
 from cmdstalk_py.client.names import validate_tube as validate_tube
 from cmdstalk_py.supervisor.numbers import MAX_PER_TUBE, MAX_U32
 
-DEFAULT_ADDRESS = "127.0.0.1:11300"
 DEFAULT_TUBE = "default"
 DEFAULT_SHELL = "/bin/bash -c"
 # Config fields that concern the whole supervisor, not one pool: command line only, shared

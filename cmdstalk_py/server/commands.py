@@ -88,10 +88,11 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
     for event in events:
         kind = type(event)
         if kind is PutBody:
-            body: PutBody = event  # type: ignore[assignment]
-            reply = put_body(e, s, body.put, body.body, put_now)
+            put_event: PutBody = event  # type: ignore[assignment]
+            put, data, announced = put_event
+            reply = put_body(e, s, put, data, put_now, announced)
         elif kind is _Put:
-            e.begin_put(s)
+            _put(e, s, event, put_now)  # type: ignore[arg-type]  # its body is on its way
             continue
         elif kind is _Quit:
             return out, TurnEnd.QUIT
@@ -121,14 +122,21 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
 def execute(e: Engine, s: Session, cmd: p.Command, now: float) -> bytes | None:
     """Run one parsed command; the reply, or None when the connection now waits.
 
-    A :class:`~cmdstalk_py.server.protocol.Put` only counts here and marks a producer;
-    its job is created by :func:`put_body` once the body has arrived.
+    A :class:`~cmdstalk_py.server.protocol.Put` only counts here and marks a producer (a
+    put line whose body is still on its way); its job is created by :func:`put_body`.
     """
     return COMMANDS[type(cmd)](e, s, cmd, now)
 
 
-def put_body(e: Engine, s: Session, cmd: p.Put, body: bytes, now: float) -> bytes:
-    """Create the job of ``cmd`` once ``body`` (size + 2 bytes) has arrived."""
+def put_body(
+    e: Engine, s: Session, cmd: p.Put, body: bytes, now: float, announced: bool = False
+) -> bytes:
+    """Create the job of ``cmd`` once ``body`` (size + 2 bytes) has arrived.
+
+    ``announced``: its line was run on its own before (:func:`_put` counted it then).
+    """
+    if not announced:
+        e.counters["put"] += 1
     r = e.put(s, cmd.pri, cmd.delay, cmd.ttr, body, now)
     if isinstance(r, Job):
         return p.render_inserted(r.id)
@@ -313,6 +321,8 @@ def _rejected(e: Engine, s: Session, cmd: p.Rejected, now: float) -> bytes | Non
 
 
 def _put(e: Engine, s: Session, cmd: p.Put, now: float) -> bytes | None:
+    # A put line whose body has not arrived: counted and a producer now, like 1.12.
+    e.counters["put"] += 1
     e.begin_put(s)
     return None
 

@@ -124,8 +124,7 @@ class Engine:
     # ---------------------------------------------------------------- transitions
 
     def begin_put(self, s: Session) -> None:
-        """A ``put`` line passed its checks: count it, mark a producer (before the body)."""
-        self.counters["put"] += 1
+        """A ``put`` line passed its checks: ``s`` is a producer (before the body, if any)."""
         if not s.producer:
             s.producer = True
             self.producers += 1
@@ -136,6 +135,8 @@ class Engine:
         ``body`` is the data chunk with its CRLF. Like 1.12, a refused put (BAD_BODY,
         DRAINING, JOURNAL_FAILED) still uses up its id.
         """
+        if not s.producer:
+            self.begin_put(s)
         job_id = self.next_id
         self.next_id = job_id + 1
         if body[-2:] != b"\r\n":

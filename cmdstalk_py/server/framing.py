@@ -13,9 +13,12 @@ discarded up to the next CRLF, which is answered BAD_FORMAT. A ``put`` line anno
 data chunk (its body and CRLF); a put rejected with JOB_TOO_BIG announces one to throw
 away before the reply (:meth:`Framer._skip`).
 
-Events: a command value from ``verbs`` the moment its line is complete (a ``Put`` and a
-``Rejected`` too, so that the engine counts them when 1.12 does), then, after a line
-that announced a data chunk, :class:`PutBody` or :class:`BodySkipped` once it is in.
+Events: a command value from ``verbs`` the moment its line is complete (a ``Rejected``
+too, so that the engine counts it when 1.12 does), then, after a line that announced a
+data chunk, :class:`PutBody` or :class:`BodySkipped` once it is in. A put is one event,
+:class:`PutBody`, when its body is in the input already; only a put whose body is still on
+its way is announced by its ``Put`` line first (1.12 counts it at the line, and another
+connection may ask for stats meanwhile), its ``PutBody`` then saying ``announced``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class PutBody(NamedTuple):
 
     put: Put
     body: bytes
+    #: The ``Put`` line came as an event of its own, before its body had arrived.
+    announced: bool = False
 
 
 class BodySkipped(NamedTuple):
@@ -76,6 +81,7 @@ class Framer:
     __slots__ = (
         "_announced",
         "_buf",
+        "_early",
         "_more",
         "_more_len",
         "_need",
@@ -101,6 +107,8 @@ class Framer:
         self._need = 0
         # The line that announced the current data chunk.
         self._announced: Put | Rejected | None = None
+        # The current put's line went out as an event (its body had not arrived).
+        self._early = False
 
     @property
     def buffered(self) -> int:
@@ -126,10 +134,9 @@ class Framer:
         """The complete events in the input, in order, until more input is needed.
 
         The caller may stop pulling at any event (a blocked reserve, ``quit``, output
-        backing up): the rest stays unread here, the framer's fields being up to date at
-        every ``yield``; input received while a pass is suspended may be left for the
-        next one. One iteration per event, position in locals: a pipelined batch is cheap.
-        """
+        backing up): the rest stays here, the fields up to date at every ``yield``; input
+        received while a pass is suspended may be left for the next one. Position in
+        locals, one iteration per event: a pipelined batch is cheap."""
         parse = _parse
         max_job_size = self.max_job_size
         buf = self._buf
@@ -141,8 +148,7 @@ class Framer:
                 if pos == n and not self._more:
                     return  # the common end of a batch: everything read was complete
                 end = pos + _WINDOW
-                if end > n:
-                    end = n
+                end = n if end > n else end
                 i = buf.find(b"\r", pos, end - 1)
                 if i < 0 or buf[i + 1] != 10:
                     if not self._no_line_end(end):
@@ -156,8 +162,11 @@ class Framer:
                 if kind is _Put:
                     # LINE -> BODY
                     self._announced = cmd  # type: ignore[assignment]
-                    self._need = cmd.size + 2  # type: ignore[union-attr]
+                    self._need = need = cmd.size + 2  # type: ignore[union-attr]
                     self.mode = mode = _BODY
+                    self._early = n - pos < need  # else one event, once the body is read
+                    if not self._early:
+                        continue
                 elif kind is _Rejected and cmd.skip:  # type: ignore[union-attr]
                     # LINE -> SKIP
                     self._announced = cmd  # type: ignore[assignment]
@@ -175,7 +184,7 @@ class Framer:
                 self._pos = pos = pos + need
                 # BODY -> LINE
                 self.mode = mode = _LINE
-                yield _new(PutBody, (self._announced, buf[pos - need : pos]))
+                yield _new(PutBody, (self._announced, buf[pos - need : pos], self._early))
             else:
                 event = self._long_line() if mode is _LONG_LINE else self._skip()
                 buf, pos, mode = self._buf, self._pos, self.mode

@@ -28,7 +28,7 @@ from cmdstalk_py.server.config import ServerConfig
 BODY = b"x" * 32
 JOBS = 2000
 #: Calls per command at most (see the module docstring for what they were before).
-PUT_CALLS = 14.0
+PUT_CALLS = 10.5
 DRAIN_CALLS = 14.5
 CYCLE_CALLS = 29.0
 

@@ -65,6 +65,7 @@ _clock = time.monotonic
 _Put = p.Put
 _Quit = p.Quit
 _Rejected = p.Rejected
+_render_reserved = p.render_reserved
 
 
 def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
@@ -164,7 +165,9 @@ def reserved(r: Result) -> bytes:
 def _reserve(e: Engine, s: Session, cmd: p.Reserve, now: float) -> bytes | None:
     e.counters["reserve-with-timeout" if cmd.with_timeout else "reserve"] += 1
     r = e.reserve(s, cmd.timeout, now)
-    return None if r is WAITING else reserved(r)
+    if type(r) is Job:
+        return _render_reserved(r.id, r.body)
+    return None if r is WAITING else OUTCOME_REPLIES[r]  # type: ignore[index]
 
 
 def _reserve_job(e: Engine, s: Session, cmd: p.ReserveJob, now: float) -> bytes | None:

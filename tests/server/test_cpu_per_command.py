@@ -29,8 +29,8 @@ BODY = b"x" * 32
 JOBS = 2000
 #: Calls per command at most (see the module docstring for what they were before).
 PUT_CALLS = 10.5
-DRAIN_CALLS = 14.5
-CYCLE_CALLS = 29.0
+DRAIN_CALLS = 12.0
+CYCLE_CALLS = 23.5
 
 
 class Driven:

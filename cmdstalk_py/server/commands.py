@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine, Result
-from cmdstalk_py.server.framing import BodySkipped, Event, PutBody
+from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
 from cmdstalk_py.server.job import Job
 from cmdstalk_py.server.outcome import JOURNAL_FAILED, WAITING, Outcome
 from cmdstalk_py.server.session import Session
@@ -68,15 +68,13 @@ _Rejected = p.Rejected
 _render_reserved = p.render_reserved
 
 
-def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
-    tuple[list[bytes], TurnEnd]
-):
-    """Run framed ``events`` in order within one turn's bounds: the replies, and why it
-    stopped (the events not pulled stay with the framer).
+def run_turn(e: Engine, s: Session, framer: Framer) -> tuple[list[bytes], TurnEnd]:
+    """Run the events ``framer`` has within one turn's bounds: the replies, and why it
+    stopped (the events not run go back to the framer).
 
-    ``eof``: the client half-closed, so a reserve that would wait times out at once.
-    Per read, this loop is most of what the server does: each command goes straight to
-    its handler in :data:`COMMANDS`.
+    At the end of input, a reserve that would wait times out at once. Per read, this
+    loop is most of what the server does: each command goes straight to its handler in
+    :data:`COMMANDS`.
     """
     out: list[bytes] = []
     out_size = 0
@@ -86,7 +84,8 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
     now = put_now = _clock()
     turn_ends = now + TURN_SECONDS
     handlers = COMMANDS
-    for event in events:
+    events = framer.events(TURN_COMMANDS)
+    for i, event in enumerate(events):
         kind = type(event)
         if kind is PutBody:
             put_event: PutBody = event  # type: ignore[assignment]
@@ -104,7 +103,8 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
             now = _clock()
             answer = handlers[kind](e, s, event, now)
             if answer is None:
-                if not eof:
+                if not framer.eof:
+                    framer.unread(events[i + 1 :])
                     return out, TurnEnd.WAITING
                 answer = abort_wait(e, s) or p.TIMED_OUT
             elif kind is _Rejected and event.skip:  # type: ignore[union-attr]
@@ -116,8 +116,10 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
         # The time bound looks at the clock read before the last command (puts, which
         # cost little, are bounded by the count): one costly command may overrun it.
         if not budget or out_size > FLUSH_AT or now > turn_ends:
+            framer.unread(events[i + 1 :])
             return out, TurnEnd.STOPPED
-    return out, _EXHAUSTED
+    # A full list may have left complete events in the input: the next turn's.
+    return out, (TurnEnd.STOPPED if len(events) == TURN_COMMANDS else _EXHAUSTED)
 
 
 def execute(e: Engine, s: Session, cmd: p.Command, now: float) -> bytes | None:

@@ -28,9 +28,9 @@ from cmdstalk_py.server.config import ServerConfig
 BODY = b"x" * 32
 JOBS = 2000
 #: Calls per command at most (see the module docstring for what they were before).
-PUT_CALLS = 10.5
-DRAIN_CALLS = 12.0
-CYCLE_CALLS = 23.5
+PUT_CALLS = 9.5
+DRAIN_CALLS = 11.0
+CYCLE_CALLS = 22.0
 
 
 class Driven:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import islice, pairwise
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -158,16 +158,33 @@ def test_events_gives_every_complete_event_in_one_pass() -> None:
         assert framer.buffered == 0, size
 
 
-def test_events_stopped_after_any_event_leaves_the_rest_unread() -> None:
-    """A connection stops pulling at a blocked reserve, ``quit`` or backed-up output:
-    the events it did not pull come out of the next pass, none lost, none twice."""
+def test_events_not_run_go_back_and_come_out_first() -> None:
+    """A turn stops at a blocked reserve, ``quit`` or its bounds: the events it did not run
+    come out of the next pass, none lost, none twice, before what arrives meanwhile."""
     whole = feed([PIPELINE])[0]
     for taken in range(len(whole) + 1):
         framer = Framer(MAX_JOB_SIZE)
         framer.receive_data(PIPELINE)
-        first = list(islice(framer.events(), taken))
-        assert first == whole[:taken], taken
-        assert list(framer.events()) == whole[taken:], taken
+        got = framer.events()
+        assert got == whole, taken
+        framer.unread(got[taken:])
+        assert framer.pending == (taken < len(whole)), taken
+        framer.receive_data(b"stats\r\n")
+        assert framer.events() == [*whole[taken:], p.STATS], taken
+        assert not framer.pending
+
+
+def test_a_limited_pass_frames_no_further() -> None:
+    """``events(limit)`` (a turn's command bound) leaves the rest of the input unframed."""
+    whole = feed([PIPELINE])[0]
+    for limit in range(1, len(whole) + 1):
+        framer = Framer(MAX_JOB_SIZE)
+        framer.receive_data(PIPELINE)
+        first = framer.events(limit)
+        assert first == whole[:limit], limit
+        assert (framer.buffered > 0) == (limit < len(whole)), limit
+        framer.unread(first[1:])
+        assert framer.events() == whole[1:], limit
 
 
 def test_modes_follow_the_announced_chunk() -> None:

@@ -29,8 +29,8 @@ BODY = b"x" * 32
 JOBS = 2000
 #: Calls per command at most (see the module docstring for what they were before).
 PUT_CALLS = 9.5
-DRAIN_CALLS = 11.0
-CYCLE_CALLS = 22.0
+DRAIN_CALLS = 10.0
+CYCLE_CALLS = 20.5
 
 
 class Driven:

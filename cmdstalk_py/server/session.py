@@ -51,9 +51,10 @@ class Session:
         self.watch_index: dict[Tube, int] = {default: 0}
         self.reserved: dict[Job, None] = {}
         # The reservation whose TTR ends first, or None: not known (found again on demand,
-        # like 1.12's soonest_job). Reservations are filed and taken out by the engine's
-        # store (``JobStore.hold``/``take``), which keeps this right. Every reserve without a job asks, so it must not cost a
-        # scan of what may be thousands of reservations each time.
+        # like 1.12's soonest_job). Every reserve without a job asks, so it must not cost
+        # a scan of what may be thousands of reservations each time. Reservations are
+        # filed and taken out by the engine's store (JobStore.hold/take), which keeps
+        # this right.
         self.soonest: Job | None = None
         self.waiting = False
         # When a blocked reserve-with-timeout gives up (None: never).

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine, Result
-from cmdstalk_py.server.framing import BodySkipped, Event, PutBody
+from cmdstalk_py.server.framing import BodySkipped, Framer, PutBody
 from cmdstalk_py.server.job import Job
 from cmdstalk_py.server.outcome import JOURNAL_FAILED, WAITING, Outcome
 from cmdstalk_py.server.session import Session
@@ -65,17 +65,16 @@ _clock = time.monotonic
 _Put = p.Put
 _Quit = p.Quit
 _Rejected = p.Rejected
+_render_reserved = p.render_reserved
 
 
-def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
-    tuple[list[bytes], TurnEnd]
-):
-    """Run framed ``events`` in order within one turn's bounds: the replies, and why it
-    stopped (the events not pulled stay with the framer).
+def run_turn(e: Engine, s: Session, framer: Framer) -> tuple[list[bytes], TurnEnd]:
+    """Run the events ``framer`` has within one turn's bounds: the replies, and why it
+    stopped (the events not run go back to the framer).
 
-    ``eof``: the client half-closed, so a reserve that would wait times out at once.
-    Per read, this loop is most of what the server does: each command goes straight to
-    its handler in :data:`COMMANDS`.
+    At the end of input, a reserve that would wait times out at once. Per read, this
+    loop is most of what the server does: each command goes straight to its handler in
+    :data:`COMMANDS`.
     """
     out: list[bytes] = []
     out_size = 0
@@ -85,13 +84,15 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
     now = put_now = _clock()
     turn_ends = now + TURN_SECONDS
     handlers = COMMANDS
-    for event in events:
+    events = framer.events(TURN_COMMANDS)
+    for i, event in enumerate(events):
         kind = type(event)
         if kind is PutBody:
-            body: PutBody = event  # type: ignore[assignment]
-            reply = put_body(e, s, body.put, body.body, put_now)
+            put_event: PutBody = event  # type: ignore[assignment]
+            put, data, announced = put_event
+            reply = put_body(e, s, put, data, put_now, announced)
         elif kind is _Put:
-            e.begin_put(s)
+            _put(e, s, event, put_now)  # type: ignore[arg-type]  # its body is on its way
             continue
         elif kind is _Quit:
             return out, TurnEnd.QUIT
@@ -102,7 +103,8 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
             now = _clock()
             answer = handlers[kind](e, s, event, now)
             if answer is None:
-                if not eof:
+                if not framer.eof:
+                    framer.unread(events[i + 1 :])
                     return out, TurnEnd.WAITING
                 answer = abort_wait(e, s) or p.TIMED_OUT
             elif kind is _Rejected and event.skip:  # type: ignore[union-attr]
@@ -114,21 +116,30 @@ def run_turn(e: Engine, s: Session, events: Iterator[Event], eof: bool) -> (
         # The time bound looks at the clock read before the last command (puts, which
         # cost little, are bounded by the count): one costly command may overrun it.
         if not budget or out_size > FLUSH_AT or now > turn_ends:
+            framer.unread(events[i + 1 :])
             return out, TurnEnd.STOPPED
-    return out, _EXHAUSTED
+    # A full list may have left complete events in the input: the next turn's.
+    return out, (TurnEnd.STOPPED if len(events) == TURN_COMMANDS else _EXHAUSTED)
 
 
 def execute(e: Engine, s: Session, cmd: p.Command, now: float) -> bytes | None:
     """Run one parsed command; the reply, or None when the connection now waits.
 
-    A :class:`~cmdstalk_py.server.protocol.Put` only counts here and marks a producer;
-    its job is created by :func:`put_body` once the body has arrived.
+    A :class:`~cmdstalk_py.server.protocol.Put` only counts here and marks a producer (a
+    put line whose body is still on its way); its job is created by :func:`put_body`.
     """
     return COMMANDS[type(cmd)](e, s, cmd, now)
 
 
-def put_body(e: Engine, s: Session, cmd: p.Put, body: bytes, now: float) -> bytes:
-    """Create the job of ``cmd`` once ``body`` (size + 2 bytes) has arrived."""
+def put_body(
+    e: Engine, s: Session, cmd: p.Put, body: bytes, now: float, announced: bool = False
+) -> bytes:
+    """Create the job of ``cmd`` once ``body`` (size + 2 bytes) has arrived.
+
+    ``announced``: its line was run on its own before (:func:`_put` counted it then).
+    """
+    if not announced:
+        e.counters["put"] += 1
     r = e.put(s, cmd.pri, cmd.delay, cmd.ttr, body, now)
     if isinstance(r, Job):
         return p.render_inserted(r.id)
@@ -156,7 +167,9 @@ def reserved(r: Result) -> bytes:
 def _reserve(e: Engine, s: Session, cmd: p.Reserve, now: float) -> bytes | None:
     e.counters["reserve-with-timeout" if cmd.with_timeout else "reserve"] += 1
     r = e.reserve(s, cmd.timeout, now)
-    return None if r is WAITING else reserved(r)
+    if type(r) is Job:
+        return _render_reserved(r.id, r.body)
+    return None if r is WAITING else OUTCOME_REPLIES[r]  # type: ignore[index]
 
 
 def _reserve_job(e: Engine, s: Session, cmd: p.ReserveJob, now: float) -> bytes | None:
@@ -313,6 +326,8 @@ def _rejected(e: Engine, s: Session, cmd: p.Rejected, now: float) -> bytes | Non
 
 
 def _put(e: Engine, s: Session, cmd: p.Put, now: float) -> bytes | None:
+    # A put line whose body has not arrived: counted and a producer now, like 1.12.
+    e.counters["put"] += 1
     e.begin_put(s)
     return None
 

@@ -120,7 +120,7 @@ class ServerConn:
         # WAITING -> OPEN: the engine answered the reserve.
         self._become(_OPEN)
         self.send(reply)
-        if self.framer.buffered or self.framer.eof:
+        if self.framer.pending or self.framer.eof:
             self._schedule_resume()
 
     def _abort_wait(self) -> None:
@@ -338,7 +338,7 @@ class ServerConn:
         their replies in one write; then wait, close, or schedule the next turn."""
         framer = self.framer
         try:
-            out, end = _run_turn(self.engine, self.session, framer.events(), framer.eof)
+            out, end = _run_turn(self.engine, self.session, framer)
         except Exception as exc:  # never let one client take the server down
             print(f"cmdstalk-server: dropping connection: {exc!r}", file=sys.stderr)
             self.teardown()

@@ -59,15 +59,11 @@ class Engine:
         self.tubes = self.store.tubes
         self.default = self.tubes.tube(b"default")
         self.default.permanent = True
-        self.next_id = 1
-        self.draining = False
+        self.next_id, self.draining = 1, False
         self.counters: dict[str, int] = dict.fromkeys(CMD_COUNTERS, 0)
-        self.job_timeouts = 0
-        self.total_jobs = 0
-        self.connections = 0
-        self.total_connections = 0
-        self.producers = 0
-        self.workers = 0
+        self.job_timeouts = self.total_jobs = 0
+        self.connections = self.total_connections = 0
+        self.producers = self.workers = 0
         #: Connections blocked in a reserve, and the answers they are due.
         self.waiters = Waiters(self._alarms)
 
@@ -124,8 +120,7 @@ class Engine:
     # ---------------------------------------------------------------- transitions
 
     def begin_put(self, s: Session) -> None:
-        """A ``put`` line passed its checks: count it, mark a producer (before the body)."""
-        self.counters["put"] += 1
+        """A ``put`` line passed its checks: ``s`` is a producer (before the body, if any)."""
         if not s.producer:
             s.producer = True
             self.producers += 1
@@ -136,6 +131,8 @@ class Engine:
         ``body`` is the data chunk with its CRLF. Like 1.12, a refused put (BAD_BODY,
         DRAINING, JOURNAL_FAILED) still uses up its id.
         """
+        if not s.producer:
+            self.begin_put(s)
         job_id = self.next_id
         self.next_id = job_id + 1
         if body[-2:] != b"\r\n":
@@ -167,8 +164,7 @@ class Engine:
         TIMED_OUT, or WAITING (the answer comes later, through ``waiters``).
         """
         if not s.worker:
-            s.worker = True
-            self.workers += 1
+            self._worker(s)
         t = best_ready(s.watch)
         if t is not None:
             return self._serve(s, t, now)
@@ -189,7 +185,8 @@ class Engine:
         if not self._reserve(s, job, now):
             return _JOURNAL_FAILED
         self.store.take(job, old)
-        self._worker(s)
+        if not s.worker:
+            self._worker(s)
         return job
 
     def release(self, s: Session, job_id: int, pri: int, delay: int, now: float) -> Result:
@@ -312,9 +309,8 @@ class Engine:
         return job
 
     def _worker(self, s: Session) -> None:
-        if not s.worker:
-            s.worker = True
-            self.workers += 1
+        s.worker = True
+        self.workers += 1
 
     def _journal(self, job: Job, mark: Mark) -> bool:
         # The job's fields already say what it becomes; a refusal puts them back.
@@ -344,11 +340,16 @@ class Engine:
 
     def _reserve(self, s: Session, job: Job, now: float) -> bool:
         # -> RESERVED by s; the caller takes it out of its old place. False: refused.
-        mark = job.mark()
+        # Every reserve passes here: _journal's work in line, with only the fields it sets.
+        state, deadline = job.state, job.deadline
         job.state = RESERVED
         job.reserves += 1
         job.deadline = now + job.ttr
-        if not self._journal(job, mark):
+        try:
+            self.journal.job_changed(job)
+        except JournalError:
+            job.state, job.deadline = state, deadline
+            job.reserves -= 1
             return False
         self.store.hold(job, s)
         return True

@@ -1,11 +1,12 @@
 """Framing, sans-IO: a connection's input bytes in, its commands out, in order.
 
 Bytes go in with :meth:`Framer.receive_data` (``b""`` is the end of input); complete
-events come out of a pass of :meth:`Framer.events` (what the connection iterates), or
-one at a time from :meth:`Framer.next_event`, ``None`` meaning "more bytes needed". No
-socket, no clock, no engine: the connection (``conn``) feeds it what it reads and runs
-what comes out, and stops pulling whenever it must wait (a blocked reserve, ``quit``,
-a client that does not read its replies); the unread input stays here.
+events come out of a pass of :meth:`Framer.events` (a list, what a connection's turn
+runs), or one at a time from :meth:`Framer.next_event`, ``None`` meaning "more bytes
+needed". No socket, no clock, no engine: the connection (``conn``) feeds it what it reads
+and runs what comes out, and stops whenever it must wait (a blocked reserve, ``quit``, a
+client that does not read its replies); the events it did not run go back
+(:meth:`Framer.unread`), and the input not framed yet stays here.
 
 Follows 1.12 exactly (docs §1): a line ends at the first ``\\r`` if ``\\n`` follows it,
 within a 224-byte window; a full window without one is thrown away and the input
@@ -13,15 +14,17 @@ discarded up to the next CRLF, which is answered BAD_FORMAT. A ``put`` line anno
 data chunk (its body and CRLF); a put rejected with JOB_TOO_BIG announces one to throw
 away before the reply (:meth:`Framer._skip`).
 
-Events: a command value from ``verbs`` the moment its line is complete (a ``Put`` and a
-``Rejected`` too, so that the engine counts them when 1.12 does), then, after a line
-that announced a data chunk, :class:`PutBody` or :class:`BodySkipped` once it is in.
+Events: a command value from ``verbs`` the moment its line is complete (a ``Rejected``
+too, so that the engine counts it when 1.12 does), then, after a line that announced a
+data chunk, :class:`PutBody` or :class:`BodySkipped` once it is in. A put is one event,
+:class:`PutBody`, when its body is in the input already; only a put whose body is still on
+its way is announced by its ``Put`` line first (1.12 counts it at the line, and another
+connection may ask for stats meanwhile), its ``PutBody`` then saying ``announced``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE, LINE_LIMIT
@@ -45,6 +48,8 @@ class PutBody(NamedTuple):
 
     put: Put
     body: bytes
+    #: The ``Put`` line came as an event of its own, before its body had arrived.
+    announced: bool = False
 
 
 class BodySkipped(NamedTuple):
@@ -76,10 +81,12 @@ class Framer:
     __slots__ = (
         "_announced",
         "_buf",
+        "_early",
         "_more",
         "_more_len",
         "_need",
         "_pos",
+        "_unread",
         "eof",
         "max_job_size",
         "mode",
@@ -101,11 +108,20 @@ class Framer:
         self._need = 0
         # The line that announced the current data chunk.
         self._announced: Put | Rejected | None = None
+        # The current put's line went out as an event (its body had not arrived).
+        self._early = False
+        # Events a pass returned that the caller did not run (see unread).
+        self._unread: list[Event] = []
 
     @property
     def buffered(self) -> int:
-        """Bytes received and not yet consumed."""
+        """Bytes received and not yet framed."""
         return len(self._buf) - self._pos + self._more_len
+
+    @property
+    def pending(self) -> bool:
+        """Input not run yet: events handed back (:meth:`unread`) or bytes not framed."""
+        return bool(self._unread) or self.buffered > 0
 
     def receive_data(self, data: bytes) -> None:
         """Add input; ``b""`` marks its end."""
@@ -120,69 +136,75 @@ class Framer:
 
     def next_event(self) -> Event | None:
         """The next complete event, or None when it needs more input (a pass of one)."""
-        return next(self.events(), None)
+        events = self.events(1)
+        return events[0] if events else None
 
-    def events(self) -> Iterator[Event]:
-        """The complete events in the input, in order, until more input is needed.
-
-        The caller may stop pulling at any event (a blocked reserve, ``quit``, output
-        backing up): the rest stays unread here, the framer's fields being up to date at
-        every ``yield``; input received while a pass is suspended may be left for the
-        next one. One iteration per event, position in locals: a pipelined batch is cheap.
-        """
-        parse = _parse
-        max_job_size = self.max_job_size
-        buf = self._buf
-        pos = self._pos
+    def events(self, limit: int = 1 << 62) -> list[Event]:
+        """The complete events in the input, in order, up to ``limit``: those the caller
+        does not run (a blocked reserve, ``quit``, a turn's bounds) go back with
+        :meth:`unread`. One call per pass, position in locals: a batch is cheap."""
+        out, self._unread = self._unread, []
+        if len(out) >= limit:
+            self._unread = out[limit:]
+            return out[:limit]
+        append, parse, max_job_size = out.append, _parse, self.max_job_size
+        buf, pos, mode = self._buf, self._pos, self.mode
         n = len(buf)
-        mode = self.mode
         while True:
             if mode is _LINE:
                 if pos == n and not self._more:
-                    return  # the common end of a batch: everything read was complete
+                    return out  # the common end of a batch: everything read was complete
                 end = pos + _WINDOW
-                if end > n:
-                    end = n
+                end = n if end > n else end
                 i = buf.find(b"\r", pos, end - 1)
                 if i < 0 or buf[i + 1] != 10:
                     if not self._no_line_end(end):
-                        return
+                        return out
                     buf, pos, mode = self._buf, self._pos, self.mode
                     n = len(buf)
                     continue
-                cmd = parse(buf[pos:i], max_job_size)
+                event: Event = parse(buf[pos:i], max_job_size)
                 self._pos = pos = i + 2
-                kind = type(cmd)
+                kind = type(event)
                 if kind is _Put:
                     # LINE -> BODY
-                    self._announced = cmd  # type: ignore[assignment]
-                    self._need = cmd.size + 2  # type: ignore[union-attr]
+                    self._announced = event  # type: ignore[assignment]
+                    self._need = need = event.size + 2  # type: ignore[union-attr]
                     self.mode = mode = _BODY
-                elif kind is _Rejected and cmd.skip:  # type: ignore[union-attr]
+                    self._early = n - pos < need  # else one event, once the body is read
+                    if not self._early:
+                        continue
+                elif kind is _Rejected and event.skip:  # type: ignore[union-attr]
                     # LINE -> SKIP
-                    self._announced = cmd  # type: ignore[assignment]
-                    self._need = cmd.skip  # type: ignore[union-attr]
+                    self._announced = event  # type: ignore[assignment]
+                    self._need = event.skip  # type: ignore[union-attr]
                     self.mode = mode = _SKIP
-                yield cmd
             elif mode is _BODY:
                 need = self._need
                 if n - pos < need:  # the chunk spans reads: joined once, when it is all in
                     if n - pos + self._more_len < need:
-                        return
+                        return out
                     self._join()
                     buf, pos = self._buf, 0
                     n = len(buf)
                 self._pos = pos = pos + need
                 # BODY -> LINE
                 self.mode = mode = _LINE
-                yield _new(PutBody, (self._announced, buf[pos - need : pos]))
+                event = _new(PutBody, (self._announced, buf[pos - need : pos], self._early))
             else:
-                event = self._long_line() if mode is _LONG_LINE else self._skip()
+                found = self._long_line() if mode is _LONG_LINE else self._skip()
                 buf, pos, mode = self._buf, self._pos, self.mode
                 n = len(buf)
-                if event is None:
-                    return
-                yield event
+                if found is None:
+                    return out
+                event = found
+            append(event)
+            if len(out) >= limit:
+                return out
+
+    def unread(self, events: list[Event]) -> None:
+        """Events from :meth:`events` that the caller did not run: they come first next."""
+        self._unread = events + self._unread
 
     # ---------------------------------------------------------------- lines past the window
 

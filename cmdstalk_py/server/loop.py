@@ -199,8 +199,12 @@ class Loop:
                 # The events not handled yet are reported again by the next poll (level
                 # triggered); one failing handler must not end the server.
                 _report()
-            if self.after_events is not None:
-                self._guard(self.after_events, ())
+            after_events = self.after_events
+            if after_events is not None:
+                try:
+                    after_events()
+                except Exception:  # as in _guard, without its frame on every iteration
+                    _report()
         if timers:
             now = monotonic()
             while timers and timers[0].when <= now:

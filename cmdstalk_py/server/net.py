@@ -71,7 +71,9 @@ class Server:
         self._journal_not_before = float("-inf")
         if loop.after_events is not None:
             raise RuntimeError("the loop already serves a Server")
-        loop.after_events = self.after_events
+        # Only -f 0 holds replies (see after_events); otherwise the batch's end is just
+        # after_batch, called without a frame in between on every loop iteration.
+        loop.after_events = self.after_events if self.sync_each else self.after_batch
         # Timers of recovered jobs, and a journal tick if maintenance is due.
         self.after_batch()
 
@@ -156,7 +158,7 @@ class Server:
         for conn in list(self.connections.values()):
             conn.teardown()
         self.closed = True
-        if self.loop.after_events == self.after_events:
+        if self.loop.after_events in (self.after_events, self.after_batch):
             self.loop.after_events = None
         if self._timer is not None:
             self._timer.cancel()

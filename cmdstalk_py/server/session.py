@@ -51,8 +51,10 @@ class Session:
         self.watch_index: dict[Tube, int] = {default: 0}
         self.reserved: dict[Job, None] = {}
         # The reservation whose TTR ends first, or None: not known (found again on demand,
-        # like 1.12's soonest_job). Every reserve without a job asks, so it must not cost a
-        # scan of what may be thousands of reservations each time.
+        # like 1.12's soonest_job). Every reserve without a job asks, so it must not cost
+        # a scan of what may be thousands of reservations each time. Reservations are
+        # filed and taken out by the engine's store (JobStore.hold/take), which keeps
+        # this right.
         self.soonest: Job | None = None
         self.waiting = False
         # When a blocked reserve-with-timeout gives up (None: never).
@@ -66,19 +68,6 @@ class Session:
         self.owner = owner
 
     # ---------------------------------------------------------------- reservations
-
-    def hold(self, job: Job) -> None:
-        """``job`` is reserved by this connection now (its deadline set)."""
-        self.reserved[job] = None
-        soonest = self.soonest
-        if soonest is not None and job.deadline < soonest.deadline:
-            self.soonest = job
-
-    def let_go(self, job: Job) -> None:
-        """``job`` is no longer reserved by this connection."""
-        del self.reserved[job]
-        if self.soonest is job:
-            self.soonest = None
 
     def retimed(self, job: Job) -> None:
         """``job``'s deadline moved (touch): another may end first now, or this one."""

@@ -2,8 +2,8 @@
 
 The engine decides every state change and writes it; this module only files the job
 where its state says (its tube's ready queue, delay heap or buried FIFO, or with the
-connection that reserved it), sets the timer that state needs (end of delay, TTR) and
-takes it out again.
+connection that reserved it: its reservations, and the soonest of them), sets the timer
+that state needs (end of delay, TTR) and takes it out again.
 """
 
 from __future__ import annotations
@@ -57,9 +57,16 @@ class JobStore:
             t.buried[job] = None
 
     def hold(self, job: Job, s: Session) -> None:
-        """File a RESERVED job with ``s``, its TTR timer set for ``job.deadline``."""
+        """File a RESERVED job with ``s``, its TTR timer set for ``job.deadline``.
+
+        Every reserve passes here: the session's side is done in line, keeping its
+        ``soonest`` right (a reservation ending sooner than the known soonest replaces it).
+        """
         job.reserver = s
-        s.hold(job)
+        s.reserved[job] = None
+        soonest = s.soonest
+        if soonest is not None and job.deadline < soonest.deadline:
+            s.soonest = job
         job.tube.reserved += 1
         self.alarms.add(job.deadline, TTR, job)
 
@@ -92,8 +99,10 @@ class JobStore:
             t.delayed.remove(job)
         elif state is RESERVED:
             s = job.reserver
-            if s is not None:
-                s.let_go(job)
+            if s is not None:  # the session's side in line, as in hold
+                del s.reserved[job]
+                if s.soonest is job:
+                    s.soonest = None
             job.reserver = None
             t.reserved -= 1
         else:

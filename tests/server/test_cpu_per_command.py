@@ -4,10 +4,10 @@ The server's cost per command is mostly Python function calls (and generator res
 so their count per command is a measure of its CPU that a shared, noisy machine cannot
 blur. The server here is the real one (``Assembly``: engine, loop, ``net.Server``) on a
 real TCP socket, its loop driven by the test in this thread under ``sys.setprofile``.
-The bounds sit between what issue #15's restructuring cost before the per-read path was
-folded (a turn pulling events one method call at a time, a dispatcher and three output
-methods in between) and what it costs now; the counts and the throughput figures are in
-benchmarks/README.md.
+The bounds sit just above what the server costs now, well below what issue #15's
+restructuring cost at first (a turn pulling events one generator resume at a time, a put
+as two events, a reserve's bookkeeping in four calls); the counts and the throughput
+figures, before and after, are in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from cmdstalk_py.server.config import ServerConfig
 BODY = b"x" * 32
 JOBS = 2000
 #: Calls per command at most (see the module docstring for what they were before).
-PUT_CALLS = 14.0
-DRAIN_CALLS = 14.5
-CYCLE_CALLS = 29.0
+PUT_CALLS = 9.5
+DRAIN_CALLS = 9.8
+CYCLE_CALLS = 19.5
 
 
 class Driven:

@@ -36,7 +36,6 @@ class World:
     def do(self, s: Session, line: str, body: bytes | None = None) -> bytes | None:
         cmd = p.parse_command(line.encode(), self.engine.max_job_size)
         if isinstance(cmd, p.Put):
-            self.engine.begin_put(s)
             data = (body if body is not None else b"x" * cmd.size) + b"\r\n"
             return commands.put_body(self.engine, s, cmd, data, self.clock.now)
         return commands.execute(self.engine, s, cmd, self.clock.now)
@@ -430,7 +429,6 @@ def test_urgent_and_state_counts(w: World) -> None:
 
 def test_expected_crlf_and_draining_consume_ids(w: World) -> None:
     c = w.connect()
-    w.engine.begin_put(c)
     assert commands.put_body(w.engine, c, p.Put(0, 0, 1, 1), b"xyz", w.clock.now) == (
         p.EXPECTED_CRLF)
     w.engine.draining = True

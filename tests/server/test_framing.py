@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import islice, pairwise
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -56,6 +56,22 @@ EXPECTED: list[Event] = [
 ]
 
 
+def as_lines(events: list[Event]) -> list[Event]:
+    """The stream with each put as its line then its body, however the input was cut.
+
+    A put whose body came with its line is one event; one whose body was still on its way
+    was announced by its line first: both mean the same line, then the same body.
+    """
+    out: list[Event] = []
+    for event in events:
+        if isinstance(event, PutBody):
+            if not event.announced:
+                out.append(event.put)
+            event = PutBody(event.put, event.body)
+        out.append(event)
+    return out
+
+
 def drain(framer: Framer) -> list[Event]:
     """Every event the framer can give now."""
     events: list[Event] = []
@@ -80,8 +96,10 @@ def feed(chunks: list[bytes], max_job_size: int = MAX_JOB_SIZE) -> tuple[list[Ev
 
 def test_pipeline_in_one_piece() -> None:
     events, framer = feed([PIPELINE])
-    assert events == EXPECTED
-    assert [type(e) for e in events] == [type(e) for e in EXPECTED]
+    assert as_lines(events) == EXPECTED
+    assert [type(e) for e in as_lines(events)] == [type(e) for e in EXPECTED]
+    # Every body came with its line: one event per put.
+    assert not any(isinstance(e, p.Put) for e in events)
     assert mode_of(framer) is Mode.LINE
     assert framer.buffered == 0
 
@@ -89,7 +107,7 @@ def test_pipeline_in_one_piece() -> None:
 def test_pipeline_split_at_every_byte_boundary() -> None:
     for cut in range(len(PIPELINE) + 1):
         events, framer = feed([PIPELINE[:cut], PIPELINE[cut:]])
-        assert events == EXPECTED, cut
+        assert as_lines(events) == EXPECTED, cut
         assert framer.buffered == 0, cut
 
 
@@ -97,13 +115,13 @@ def test_pipeline_split_at_every_byte_boundary() -> None:
 def test_pipeline_in_any_pieces(cuts: list[int]) -> None:
     bounds = [0, *sorted(cuts), len(PIPELINE)]
     events, framer = feed([PIPELINE[a:b] for a, b in pairwise(bounds)])
-    assert events == EXPECTED
+    assert as_lines(events) == EXPECTED
     assert framer.buffered == 0
 
 
 def test_pipeline_byte_by_byte() -> None:
     events, framer = feed([PIPELINE[i : i + 1] for i in range(len(PIPELINE))])
-    assert events == EXPECTED
+    assert as_lines(events) == EXPECTED
     assert framer.buffered == 0
 
 
@@ -113,7 +131,7 @@ def test_pipeline_read_before_being_pulled() -> None:
     for i in range(0, len(PIPELINE), 7):
         framer.receive_data(PIPELINE[i : i + 7])
     assert framer.buffered == len(PIPELINE)
-    assert drain(framer) == EXPECTED
+    assert as_lines(drain(framer)) == EXPECTED
 
 
 def test_pulling_stops_and_resumes_anywhere() -> None:
@@ -124,7 +142,7 @@ def test_pulling_stops_and_resumes_anywhere() -> None:
     while (event := framer.next_event()) is not None:
         events.append(event)
         framer.receive_data(b"")  # the end of input changes nothing already received
-    assert events == EXPECTED
+    assert as_lines(events) == EXPECTED
     assert framer.eof
 
 
@@ -136,19 +154,37 @@ def test_events_gives_every_complete_event_in_one_pass() -> None:
         for i in range(0, len(PIPELINE), size):
             framer.receive_data(PIPELINE[i : i + size])
             events += framer.events()
-        assert events == EXPECTED, size
+        assert as_lines(events) == EXPECTED, size
         assert framer.buffered == 0, size
 
 
-def test_events_stopped_after_any_event_leaves_the_rest_unread() -> None:
-    """A connection stops pulling at a blocked reserve, ``quit`` or backed-up output:
-    the events it did not pull come out of the next pass, none lost, none twice."""
-    for taken in range(len(EXPECTED) + 1):
+def test_events_not_run_go_back_and_come_out_first() -> None:
+    """A turn stops at a blocked reserve, ``quit`` or its bounds: the events it did not run
+    come out of the next pass, none lost, none twice, before what arrives meanwhile."""
+    whole = feed([PIPELINE])[0]
+    for taken in range(len(whole) + 1):
         framer = Framer(MAX_JOB_SIZE)
         framer.receive_data(PIPELINE)
-        first = list(islice(framer.events(), taken))
-        assert first == EXPECTED[:taken], taken
-        assert list(framer.events()) == EXPECTED[taken:], taken
+        got = framer.events()
+        assert got == whole, taken
+        framer.unread(got[taken:])
+        assert framer.pending == (taken < len(whole)), taken
+        framer.receive_data(b"stats\r\n")
+        assert framer.events() == [*whole[taken:], p.STATS], taken
+        assert not framer.pending
+
+
+def test_a_limited_pass_frames_no_further() -> None:
+    """``events(limit)`` (a turn's command bound) leaves the rest of the input unframed."""
+    whole = feed([PIPELINE])[0]
+    for limit in range(1, len(whole) + 1):
+        framer = Framer(MAX_JOB_SIZE)
+        framer.receive_data(PIPELINE)
+        first = framer.events(limit)
+        assert first == whole[:limit], limit
+        assert (framer.buffered > 0) == (limit < len(whole)), limit
+        framer.unread(first[1:])
+        assert framer.events() == whole[1:], limit
 
 
 def test_modes_follow_the_announced_chunk() -> None:
@@ -159,7 +195,7 @@ def test_modes_follow_the_announced_chunk() -> None:
     assert framer.next_event() is None
     assert framer.buffered == 2
     framer.receive_data(b"c\r\nput 0 0 1 99\r\n")
-    assert framer.next_event() == PutBody(p.Put(0, 0, 1, 3), b"abc\r\n")
+    assert framer.next_event() == PutBody(p.Put(0, 0, 1, 3), b"abc\r\n", announced=True)
     assert mode_of(framer) is Mode.LINE
     rejected = framer.next_event()
     assert isinstance(rejected, p.Rejected)
@@ -182,8 +218,21 @@ def test_long_body_in_many_reads() -> None:
         framer.receive_data(body[i : i + 1000])
         assert framer.next_event() is None
     framer.receive_data(b"\r\nreserve\r\n")
-    assert framer.next_event() == PutBody(p.Put(0, 0, 1, len(body)), body + b"\r\n")
+    assert framer.next_event() == PutBody(
+        p.Put(0, 0, 1, len(body)), body + b"\r\n", announced=True
+    )
     assert framer.next_event() == p.RESERVE
+
+
+def test_a_put_with_its_body_at_hand_is_one_event() -> None:
+    """Line and body in the input: one event; a body still to come: the line first."""
+    framer = Framer(MAX_JOB_SIZE)
+    framer.receive_data(b"put 0 0 1 3\r\nabc\r\nput 0 0 1 3\r\nab")
+    assert framer.next_event() == PutBody(p.Put(0, 0, 1, 3), b"abc\r\n", announced=False)
+    assert framer.next_event() == p.Put(0, 0, 1, 3)
+    assert framer.next_event() is None
+    framer.receive_data(b"c\r\n")
+    assert framer.next_event() == PutBody(p.Put(0, 0, 1, 3), b"abc\r\n", announced=True)
 
 
 def test_bare_cr_stalls_until_the_window_is_full() -> None:

@@ -41,7 +41,6 @@ class Clock:
 def run(engine: Engine, s: Session, line: bytes, now: float, body: bytes | None = None) -> bytes:
     cmd = p.parse_command(line)
     if isinstance(cmd, p.Put):
-        engine.begin_put(s)
         assert body is not None
         return commands.put_body(engine, s, cmd, body + b"\r\n", now)
     reply = commands.execute(engine, s, cmd, now)

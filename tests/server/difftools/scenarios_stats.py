@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.server.difftools.steps import (
     ScenarioList,
+    await_stats,
     close,
     cmd,
     put,
@@ -123,6 +124,15 @@ def add(s: ScenarioList) -> None:
         tx(0, "put 0 0 x 1\r\nz\r\n", "BAD_FORMAT", "UNKNOWN_COMMAND"),
         cmd(0, "stats", {"cmd-put": 3, "total-jobs": 0, "current-producers": 1}),
         max_job_size=10,
+    )
+    s.add(
+        "put-counted-at-its-line-while-its-body-is-on-its-way",
+        send(0, "put 0 0 60 5\r\nab"),
+        await_stats(cmd_put=1, current_producers=1, total_jobs=0),
+        cmd(1, "stats", {"cmd-put": 1, "current-producers": 1, "total-jobs": 0}),
+        tx(0, "cde\r\n", "INSERTED #1"),
+        tx(0, "put 0 0 60 2\r\nfg\r\n", "INSERTED #2"),
+        cmd(1, "stats", {"cmd-put": 2, "current-producers": 1, "total-jobs": 2}),
     )
     s.add(
         "ids-consumed-by-expected-crlf",

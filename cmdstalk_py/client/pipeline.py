@@ -195,7 +195,8 @@ class Client:
         shutting the socket down from another thread).
         """
         cmd = _reserve_command(timeout)
-        if timeout is not None:
+        if timeout is not None or self._reader.buffered:
+            # Its reply (sent ahead) has begun to come: the rest follows, no long wait.
             return self._job(cmd, b"RESERVED")
         set_io_timeout(self.sock, 0, send=False)
         try:

@@ -130,6 +130,8 @@ class Gate:
         return None if bucket is None else bucket.available(now)
 
     def _reason(self, tube: str, now: float) -> str | None:
+        if tube not in self.limits and tube not in self._buckets:
+            return None  # the common case, asked before every reserve: nothing to count
         return hold_reason(
             self.running[tube], self._claims_of(tube), self.limits.get(tube),
             self._tokens(tube, now),
@@ -152,8 +154,8 @@ class Gate:
         """The tubes ``key`` may watch now (claimed until it ``started`` or ``release``s)."""
         with self.cond:
             self._drop(key)
-            # This server's tubes are looked at afresh: earlier wake-ups are answered.
-            self._woken = {pair for pair in self._woken if pair[0] != server}
+            if self._woken:  # this server's tubes are looked at afresh: wake-ups answered
+                self._woken = {pair for pair in self._woken if pair[0] != server}
             chosen = tuple(t for t in candidates if self._reason(t, now) is None)
             for tube in chosen:
                 self._claims[server, tube] += 1

@@ -193,7 +193,7 @@ class Client:
         ``None``: plain ``reserve``, which waits for a job however long it takes; the I/O
         timeout is lifted meanwhile (a dead peer is found by TCP keepalive, a stop by
         shutting the socket down from another thread), unless the reply of a reserve sent
-        ahead is already buffered (usually, in a busy queue: two system calls saved).
+        ahead is already buffered (often, in a busy queue: two system calls saved).
         """
         cmd = _reserve_command(timeout)
         if timeout is not None or self._reader.buffered:

@@ -40,12 +40,15 @@ machine the chain of processes mostly shares one vCPU, so per-job CPU is what mo
 ratio, and it is far steadier than the rates from run to run.
 
 ``--workers N[,N...]`` adds, per N and round, the issue-18 comparison in one run: the CLI
-with ``--workers N`` (shared workers) and with ``--per-tube N`` each draining the jobs,
-against the raw spawn N-way parallel (N threads, each running the command with
-``subprocess.run`` in a loop, no queue).
+with ``--workers N`` (shared workers) and with ``--per-tube N``, against the raw spawn
+N-way parallel (N threads, each running the command with ``subprocess.run`` in a loop, no
+queue): each drains the jobs (raw measured right before), then runs paired batches
+against raw N-way batches (``cli-workers/N paired``: the figure to trust on a loaded
+machine). Rounds alternate which flag goes first.
 
 ``--profile`` runs one in-process loop worker under cProfile; ``--profile-cli N`` runs the
-CLI with ``--per-tube N`` with every thread under cProfile. Both print the top entries.
+CLI with ``--per-tube N`` (``--workers N`` with ``--profile-workers``) with every thread
+under cProfile. Both print the top entries.
 
 Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--modes cli,loop]
 [--cli-arg=--log-level=warning]``
@@ -470,9 +473,15 @@ def drain(
 
 
 def paired(
-    server: BeanstalkServer, workers: Workers, count: int, jobs: int, batch: int
+    server: BeanstalkServer,
+    workers: Workers,
+    count: int,
+    jobs: int,
+    batch: int,
+    raw_run: Callable[[int], float] = time_raw,
 ) -> tuple[float, float, float]:
-    """Batches of queued jobs alternating with batches of raw runs.
+    """Batches of queued jobs alternating with batches of raw runs (``raw_run(jobs)``:
+    seconds for that many, sequential by default).
 
     Returns (queue jobs/s, raw jobs/s, median over batch pairs of queue rate / raw rate):
     the median of per-pair ratios shrugs off the bursts of load that skew the totals.
@@ -489,7 +498,7 @@ def paired(
             for index, start in enumerate(range(0, jobs, batch)):
                 size = min(batch, jobs - start)
                 raw_first = index % 2 == 1  # alternate the order: no systematic effect
-                raw = time_raw(size) if raw_first else 0.0
+                raw = raw_run(size) if raw_first else 0.0
                 started = time.perf_counter()
                 queue.put(size)
                 # Expected per-job time: the previous batch's (polls stay sparse).
@@ -497,7 +506,7 @@ def paired(
                 queued = time.perf_counter() - started
                 last_per_job = queued / size
                 if not raw_first:
-                    raw = time_raw(size)
+                    raw = raw_run(size)
                 queue_time += queued
                 raw_time += raw
                 pair_ratios.append(raw / queued)
@@ -562,8 +571,11 @@ def profile_loop(server: BeanstalkServer, jobs: int) -> float:
     return rate[0]
 
 
-def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
-    """The real CLI with every thread under cProfile; prints the merged profile."""
+def profile_cli(
+    server: BeanstalkServer, jobs: int, per_tube: int, flag: str = "--per-tube"
+) -> float:
+    """The real CLI with every thread under cProfile (``flag``: ``--per-tube`` or
+    ``--workers``); prints the merged profile."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cli.prof"
 
@@ -571,7 +583,7 @@ def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
         def profiled(
             server: BeanstalkServer, tube: str, count: int
         ) -> Iterator[CpuProbe | None]:
-            with cli_workers(server, tube, count, profile_to=path) as cpu:
+            with cli_workers(server, tube, count, profile_to=path, flag=flag) as cpu:
                 yield cpu
 
         rate, _ = drain(server, profiled, per_tube, jobs)
@@ -584,18 +596,33 @@ def profile_cli(server: BeanstalkServer, jobs: int, per_tube: int) -> float:
 
 
 def compare_parallel(
-    server: BeanstalkServer, count: int, jobs: int, out: dict[str, list[float]]
+    server: BeanstalkServer,
+    count: int,
+    jobs: int,
+    batch: int,
+    out: dict[str, list[float]],
+    flip: bool = False,
 ) -> None:
-    """The CLI's drain with ``--workers count`` and ``--per-tube count`` against the raw
-    spawn ``count``-way parallel, measured right before each."""
-    for flag in ("--workers", "--per-tube"):
-        raw = jobs / time_raw_parallel(jobs, count)
+    """The CLI with ``--workers count`` and with ``--per-tube count`` against the raw spawn
+    ``count``-way parallel: a drain (raw measured right before it) and paired batches.
+
+    ``flip``: measure ``--per-tube`` first (rounds alternate, so that neither flag always
+    comes first after whatever ran before it).
+    """
+    flags = ("--per-tube", "--workers") if flip else ("--workers", "--per-tube")
+    raw_run = partial(time_raw_parallel, threads=count)
+    for flag in flags:
+        raw = jobs / raw_run(jobs)
         shared: Workers = partial(cli_workers, flag=flag)
         rate, _ = drain(server, shared, count, jobs)
         name = f"cli{flag.removeprefix('-')}/{count}"
         out.setdefault(name, []).append(rate / raw)
         print(f"  {name:<16} {rate:7.1f} jobs/s   {rate / raw:5.2f} x raw {count}-thread "
               f"spawn ({raw:.1f} jobs/s)", flush=True)  # fmt: skip
+        rate, raw, ratio = paired(server, shared, count, jobs, batch, raw_run)
+        out.setdefault(f"{name} paired", []).append(ratio)
+        print(f"  {name + ' paired':<16} {rate:7.1f} jobs/s   {ratio:5.2f} x raw {count}-thread "
+              f"spawn (median of batch pairs; {raw:.1f} jobs/s)", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -609,6 +636,10 @@ def main() -> None:
     parser.add_argument(
         "--profile-cli", type=int, metavar="PER_TUBE", help="cProfile the CLI (all threads)"
     )
+    parser.add_argument(
+        "--profile-workers", action="store_true",
+        help="with --profile-cli N: the CLI with --workers N (shared workers), not --per-tube N",
+    )  # fmt: skip
     parser.add_argument("--per-tube", default="1,4", help="worker counts to measure")
     parser.add_argument(
         "--cli-arg", action="append", default=[], help="extra argument for cmdstalk (repeatable)"
@@ -646,8 +677,9 @@ def main() -> None:
             print(f"loop worker, profiled: {profile_loop(server, jobs):.1f} jobs/s")
             return
         if args.profile_cli:
-            rate = profile_cli(server, jobs, args.profile_cli)
-            print(f"cli/{args.profile_cli}, profiled: {rate:.1f} jobs/s")
+            flag = "--workers" if args.profile_workers else "--per-tube"
+            rate = profile_cli(server, jobs, args.profile_cli, flag)
+            print(f"cli{flag.removeprefix('-')}/{args.profile_cli}, profiled: {rate:.1f} jobs/s")
             return
         kinds: list[tuple[str, Workers]] = []
         if "cli" in modes:
@@ -675,7 +707,7 @@ def main() -> None:
                     record("raw", raw_rate)
             if "cli" in modes:
                 for count in shared_counts:
-                    compare_parallel(server, count, jobs, parallel)
+                    compare_parallel(server, count, jobs, batch, parallel, flip=round_no % 2 == 1)
 
     raw = statistics.median(rates["raw"])
     print(f"\nmedians over {repeat} round(s); raw = {raw:.1f} jobs/s (median of all raw runs)")

@@ -64,7 +64,9 @@ def test_tiny_run_prints_every_figure() -> None:
     summary = out.stdout.split("medians over 1 round(s)")[1]
     for name in ("cli/1 drain", "cli/1 paired", "loop/1 drain", "loop/1 paired"):
         assert name in summary, out.stdout
-    for name in ("cli-workers/1", "cli-per-tube/1"):  # against the raw 1-thread spawn
+    # Against the raw 1-thread spawn: a drain each, and paired batches each.
+    shared = ("cli-workers/1", "cli-per-tube/1", "cli-workers/1 paired", "cli-per-tube/1 paired")
+    for name in shared:
         assert name in summary and "x raw N-thread spawn" in summary, out.stdout
     assert "x raw, paired" in summary
     assert "µs/job in the workers' process" in summary

@@ -57,6 +57,7 @@ class HealingConnection:
     ) -> None:
         self.host = host
         self.port = port
+        self._address: str | None = None
         self.where = where
         self.stop = stop
         self._watch: tuple[str, ...] | None = (
@@ -75,7 +76,10 @@ class HealingConnection:
 
     @property
     def address(self) -> str:
-        return format_address(self.host, self.port)
+        """``host:port`` (named in every job's result: formatted once)."""
+        if self._address is None:
+            self._address = format_address(self.host, self.port)
+        return self._address
 
     def client(self) -> Client:
         """The connected client, connecting (with retries) first if needed; or ``Stopped``."""

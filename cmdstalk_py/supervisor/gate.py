@@ -91,7 +91,10 @@ class Gate:
     ) -> None:
         self.limits = dict(limits)
         self._buckets = {t: TokenBucket.full(r, b, now) for t, (r, b) in rates.items()}
-        self.cond = threading.Condition()
+        # Taken three times a job: ``with self._lock`` enters the lock in C, where
+        # ``with self.cond`` would go through Condition's Python methods first.
+        self._lock = threading.RLock()
+        self.cond = threading.Condition(self._lock)
         self.running: Counter[str] = Counter()
         self._claims: Counter[tuple[object, str]] = Counter()  # (server, tube)
         self._held: dict[Key, tuple[object, tuple[str, ...]]] = {}
@@ -106,7 +109,7 @@ class Gate:
     ) -> None:
         """New limits and rates (a reload); running jobs and claims are kept, and a bucket
         whose rate is unchanged keeps its tokens."""
-        with self.cond:
+        with self._lock:
             self.limits = dict(limits)
             old = self._buckets
             self._buckets = {}
@@ -130,6 +133,8 @@ class Gate:
         return None if bucket is None else bucket.available(now)
 
     def _reason(self, tube: str, now: float) -> str | None:
+        if tube not in self.limits and tube not in self._buckets:
+            return None  # the common case, asked before every reserve: nothing to count
         return hold_reason(
             self.running[tube], self._claims_of(tube), self.limits.get(tube),
             self._tokens(tube, now),
@@ -150,10 +155,10 @@ class Gate:
         self, key: Key, server: object, candidates: Iterable[str], now: float
     ) -> tuple[str, ...]:
         """The tubes ``key`` may watch now (claimed until it ``started`` or ``release``s)."""
-        with self.cond:
+        with self._lock:
             self._drop(key)
-            # This server's tubes are looked at afresh: earlier wake-ups are answered.
-            self._woken = {pair for pair in self._woken if pair[0] != server}
+            if self._woken:  # this server's tubes are looked at afresh: wake-ups answered
+                self._woken = {pair for pair in self._woken if pair[0] != server}
             chosen = tuple(t for t in candidates if self._reason(t, now) is None)
             for tube in chosen:
                 self._claims[server, tube] += 1
@@ -166,7 +171,7 @@ class Gate:
 
     def started(self, key: Key, tube: str, now: float) -> None:
         """``key`` reserved a job of ``tube``: its claim on it becomes a running job."""
-        with self.cond:
+        with self._lock:
             self._drop(key)
             self.running[tube] += 1
             bucket = self._buckets.get(tube)
@@ -177,7 +182,7 @@ class Gate:
 
     def finished(self, tube: str, now: float) -> None:
         """A job of ``tube`` is over (its command ended)."""
-        with self.cond:
+        with self._lock:
             self.running[tube] -= 1
             if self.running[tube] <= 0:
                 del self.running[tube]
@@ -186,7 +191,7 @@ class Gate:
 
     def release(self, key: Key) -> None:
         """``key`` left reserve without a job (or stopped): its claims go back."""
-        with self.cond:
+        with self._lock:
             self._drop(key)
             self.cond.notify_all()
 
@@ -200,7 +205,7 @@ class Gate:
         """Block while nothing in ``candidates()`` is servable, until any change (or the
         next token of a rate-held candidate). Both are read under the lock that every
         change takes, so a change between the caller's claim and this wait is not missed."""
-        with self.cond:
+        with self._lock:
             tubes = tuple(candidates())
             now = clock()
             if stop.is_set() or any(self._reason(t, now) is None for t in tubes):
@@ -210,7 +215,7 @@ class Gate:
 
     def notify(self) -> None:
         """Wake every waiting worker (stop, reload)."""
-        with self.cond:
+        with self._lock:
             self.cond.notify_all()
 
     # -- the pool's side ------------------------------------------------------------------
@@ -233,7 +238,7 @@ class Gate:
         """
         out: list[tuple[object, str]] = []
         due = math.inf
-        with self.cond:
+        with self._lock:
             for server, tubes in candidates.items():
                 tubes = tuple(tubes)
                 due = min(due, self._next_token(tubes, now))
@@ -252,15 +257,15 @@ class Gate:
         self, tubes: Iterable[str], now: float
     ) -> dict[str, tuple[int, int | None, str | None]]:
         """Per tube: (running jobs, limit, hold reason) for metrics and logs."""
-        with self.cond:
+        with self._lock:
             return {t: (self.running[t], self.limits.get(t), self._reason(t, now)) for t in tubes}
 
     def _report(self, tubes: Iterable[str], now: float) -> None:
-        if not self.active:
+        if not (self.limits or self._buckets):  # ``active``, asked three times a job
             return
         changes = []
         counts = []
-        with self.cond:
+        with self._lock:
             for tube in tubes:
                 if tube not in self.limits and tube not in self._buckets:
                     continue

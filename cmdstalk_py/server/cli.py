@@ -108,8 +108,10 @@ def _listen(listen: str, port: int) -> _socket.socket:
 def _serve(
     raw: _socket.socket, args: argparse.Namespace, early: EarlySignals, file_ops: FileOps | None
 ) -> None:
+    import gc
+
     from cmdstalk_py.server import limits
-    from cmdstalk_py.server.config import ServerConfig
+    from cmdstalk_py.server.config import GC_YOUNG_THRESHOLD, ServerConfig
     from cmdstalk_py.server.listen import as_socket
     from cmdstalk_py.server.run import serve
 
@@ -125,6 +127,9 @@ def _serve(
         segment_size=args.binlog_size,
         freeze_recovered=True,  # this process is nothing but the server
     )
+    young, *older = gc.get_threshold()
+    if young < GC_YOUNG_THRESHOLD:  # this process is nothing but the server
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *older)
     raise SystemExit(serve(as_socket(raw), config, early, args.verbose, file_ops))
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_SEGMENT_SIZE",
+    "GC_YOUNG_THRESHOLD",
     "MIN_SEGMENT_SIZE",
     "PREALLOCATE",
     "ServerConfig",
@@ -26,6 +27,12 @@ __all__ = [
 DEFAULT_FSYNC_MS = 50
 #: beanstalkd's default ``-s``: the size of each binlog file.
 DEFAULT_SEGMENT_SIZE = 10485760
+#: The cyclic GC's young-generation threshold in a process that is nothing but the server
+#: (``cmdstalk-server``; raised to it, never lowered; CPython 3.13 made it the default). A
+#: turn holds its framed events alive while the jobs it creates stay, so with 3.11's 700 a
+#: turn of pipelined puts nearly always ended in a collection, and the more of those, the
+#: more often a full one walks every stored job.
+GC_YOUNG_THRESHOLD = 2000
 #: The smallest segment the binlog accepts; smaller ``-s`` values are raised to it.
 MIN_SEGMENT_SIZE = 1024
 #: Zeros written ahead of the records when fsyncing (see ``binlog.segment``): an fsync

@@ -17,7 +17,8 @@ from cmdstalk_py.supervisor.policy import (
 from cmdstalk_py.supervisor.results import Outcome
 
 
-def _decide(exit_code: int | None, releases: int = 0, **kw: object) -> Decision:
+def decide_job(exit_code: int | None, releases: int = 0, **kw: object) -> Decision:
+    """``decide`` for a job that was neither killed nor stopped, unless ``kw`` says so."""
     args: dict[str, object] = {
         "exit_code": exit_code,
         "ttr_killed": False,
@@ -42,35 +43,35 @@ def test_backoff_exponent_cap_and_server_limit() -> None:
 
 
 def test_exit_zero_deletes() -> None:
-    assert _decide(0) == Decision(Outcome.DELETED)
-    assert _decide(0).command == "delete"
+    assert decide_job(0) == Decision(Outcome.DELETED)
+    assert decide_job(0).command == "delete"
 
 
 def test_failure_releases_with_backoff_by_releases_so_far() -> None:
-    assert _decide(1, releases=0) == Decision(Outcome.RELEASED, 0)
-    assert _decide(1, releases=2) == Decision(Outcome.RELEASED, 16)
-    assert _decide(1, releases=2).command == "release"
+    assert decide_job(1, releases=0) == Decision(Outcome.RELEASED, 0)
+    assert decide_job(1, releases=2) == Decision(Outcome.RELEASED, 16)
+    assert decide_job(1, releases=2).command == "release"
 
 
 def test_spawn_failure_and_foreign_signal_count_as_failures() -> None:
-    assert _decide(None, releases=1) == Decision(Outcome.RELEASED, 1)
+    assert decide_job(None, releases=1) == Decision(Outcome.RELEASED, 1)
 
 
 def test_a_failure_always_releases_the_limit_is_checked_at_reservation() -> None:
     # Go: the 10th failure releases (delay 9⁴ s) like any other; the job is buried unrun
     # when reserved with 10 releases (``precheck``).
-    assert _decide(1, releases=8) == Decision(Outcome.RELEASED, 4096)
-    assert _decide(1, releases=9) == Decision(Outcome.RELEASED, 6561)
-    assert _decide(1, releases=10) == Decision(Outcome.RELEASED, 10_000)
+    assert decide_job(1, releases=8) == Decision(Outcome.RELEASED, 4096)
+    assert decide_job(1, releases=9) == Decision(Outcome.RELEASED, 6561)
+    assert decide_job(1, releases=10) == Decision(Outcome.RELEASED, 10_000)
 
 
 def test_bury_exit_codes_bury_at_once() -> None:
-    assert _decide(78, bury_exit_codes=frozenset({65, 78})) == Decision(Outcome.BURIED)
-    assert _decide(1, bury_exit_codes=frozenset({65, 78})).outcome is Outcome.RELEASED
+    assert decide_job(78, bury_exit_codes=frozenset({65, 78})) == Decision(Outcome.BURIED)
+    assert decide_job(1, bury_exit_codes=frozenset({65, 78})).outcome is Outcome.RELEASED
 
 
 def test_ttr_kill_buries() -> None:
-    d = _decide(None, ttr_killed=True)
+    d = decide_job(None, ttr_killed=True)
     assert d == Decision(Outcome.TIMEOUT_BURIED)
     assert d.command == "bury"
 
@@ -80,18 +81,18 @@ def test_ttr_kill_during_shutdown_and_shutdown_kill_release_at_once() -> None:
     # and released (not buried), at once and with their priority.
     for kw in ({"ttr_killed": True}, {"shutdown_killed": True}, {"ttr_killed": True,
                "shutdown_killed": True}):  # fmt: skip
-        d = _decide(None, releases=9, stopping=True, **kw)
+        d = decide_job(None, releases=9, stopping=True, **kw)
         assert d == Decision(Outcome.SHUTDOWN_RELEASED, 0)
         assert d.command == "release"
 
 
 def test_while_stopping_a_command_that_ends_by_itself_is_judged_as_usual() -> None:
-    assert _decide(0, stopping=True) == Decision(Outcome.DELETED)
-    assert _decide(1, releases=2, stopping=True) == Decision(Outcome.RELEASED, 16)
+    assert decide_job(0, stopping=True) == Decision(Outcome.DELETED)
+    assert decide_job(1, releases=2, stopping=True) == Decision(Outcome.RELEASED, 16)
 
 
 def test_backoff_options_reach_the_decision() -> None:
-    d = _decide(1, releases=3, backoff_exponent=2.0, backoff_max=5)
+    d = decide_job(1, releases=3, backoff_exponent=2.0, backoff_max=5)
     assert d == Decision(Outcome.RELEASED, 5)
 
 

@@ -13,24 +13,16 @@ from cmdstalk_py.supervisor.policy import (
     Decision,
     Request,
     backoff_delay,
-    decide,
     exit_rules,
     full_jitter,
     precheck,
 )
 from cmdstalk_py.supervisor.results import Outcome, Reason
+from tests.supervisor.test_policy import decide_job
 
 
 def _decide(exit_code: int | None, releases: int = 2, **kw: object) -> Decision:
-    args: dict[str, object] = {
-        "exit_code": exit_code,
-        "ttr_killed": False,
-        "shutdown_killed": False,
-        "stopping": False,
-        "releases": releases,
-    }
-    args.update(kw)
-    return decide(**args)  # type: ignore[arg-type]
+    return decide_job(exit_code, releases, **kw)
 
 
 def _fate(d: Decision) -> tuple[Outcome, int | None, Reason | None]:

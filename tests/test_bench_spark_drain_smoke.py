@@ -4,36 +4,19 @@ cmdstalk-spark in local mode and on a standalone cluster, and prints both figure
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from tests.helpers import beanstalkd_path
-from tests.spark.cluster import java_missing
+from tests.spark.cluster import bench_marks, run_quick_bench
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_drain.py"
 RUNNERS = ("cmdstalk", "spark local", "spark cluster")
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.spark_cluster,
-    pytest.mark.slow,
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(beanstalkd_path() is None, reason="beanstalkd not found"),
-    pytest.mark.skipif(java_missing(), reason="Java not found: Spark needs a JDK (17+)"),
-]
+pytestmark = bench_marks()
 
 
 def test_quick_run_compares_spark_drain_with_cmdstalk(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     out = tmp_path / "drain.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=540, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_quick_bench(BENCH, out)
     table = proc.stdout.split("load average after")[1].splitlines()
     assert "wall / cmdstalk" in table[1] and "busy / cmdstalk" in table[1], table
     rows = {name: next(line for line in table if line.startswith(name)) for name in RUNNERS}

@@ -145,3 +145,34 @@ def executor_pids(cluster: Cluster) -> list[int]:
         if cwd.startswith(str(cluster.root)):
             ours.append(pid)
     return ours
+
+
+def run_quick_bench(bench: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """A Spark benchmark's ``--quick`` run (it starts its own servers and cluster), its
+    results saved to ``out``; fails the test with the output's tails unless it exits 0."""
+    import pytest
+
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    proc = subprocess.run(
+        [sys.executable, str(bench), "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=540, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def bench_marks() -> list[object]:
+    """The marks of a Spark benchmark's smoke test: slow, on a cluster, skipped without
+    beanstalkd or Java."""
+    import pytest
+
+    from tests.helpers import beanstalkd_path
+
+    return [
+        pytest.mark.spark,
+        pytest.mark.spark_cluster,
+        pytest.mark.slow,
+        pytest.mark.timeout(600),
+        pytest.mark.skipif(beanstalkd_path() is None, reason="beanstalkd not found"),
+        pytest.mark.skipif(java_missing(), reason="Java not found: Spark needs a JDK (17+)"),
+    ]

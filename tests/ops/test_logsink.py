@@ -22,9 +22,17 @@ def pipe() -> Iterator[tuple[int, int]]:
     try:
         yield r, w
     finally:
-        for fd in (r, w):
-            with contextlib.suppress(OSError):  # a test may have closed it
-                os.close(fd)
+        with contextlib.suppress(OSError):  # a test may have closed it
+            os.close(r)
+        # A writer a test left stalled now fails with EPIPE and ends; until then the write
+        # end stays open, so its number cannot name the next test's pipe under it.
+        wait_until(_no_writer_thread, 10, message="log writer threads to end")
+        with contextlib.suppress(OSError):
+            os.close(w)
+
+
+def _no_writer_thread() -> bool:
+    return not any(t.name == "cmdstalk-log-writer" for t in threading.enumerate())
 
 
 def _logger(handler: logging.Handler) -> logging.Logger:
@@ -167,3 +175,60 @@ def _fill(fd: int) -> None:
     except BlockingIOError:
         pass
     os.set_blocking(fd, True)
+
+
+def test_lines_logged_at_a_steady_pace_share_writes(pipe: tuple[int, int]) -> None:
+    """The writer lets lines gather after each write: a line per job, jobs a millisecond
+    apart, and the sink (and the writer's thread) is woken a few times, not per line."""
+    r, w = pipe
+    writes: list[int] = []
+
+    class Counting(SinkHandler):
+        def _write(self, lines: list[bytes]) -> None:
+            writes.append(len(lines))
+            super()._write(lines)
+
+    handler = Counting(w, gather=0.01)
+    logger = _logger(handler)
+    try:
+        started = time.monotonic()
+        for i in range(100):
+            logger.info("job %d done", i)
+            time.sleep(0.001)  # the pace of the lines, not a wait for a condition
+        elapsed = time.monotonic() - started
+        data = bytearray()
+
+        def read_all() -> bool:
+            data.extend(_read_available(r))
+            return data.count(b"\n") == 100
+
+        wait_until(read_all, 10, message="every line written")
+        # One write per gathering period at most (plus the first line, written at once).
+        assert sum(writes) == 100
+        assert len(writes) <= elapsed / 0.01 + 2, (len(writes), elapsed)
+    finally:
+        handler.close()
+
+
+def test_a_filling_queue_ends_the_pause(pipe: tuple[int, int]) -> None:
+    """Lines past a quarter of the queue wake the writer at once, however long its pause:
+    a command flooding its output is written on, not held back to be dropped."""
+    r, w = pipe
+    handler = SinkHandler(w, limit=64 * 1024, gather=60.0)
+    logger = _logger(handler)
+    got = bytearray()
+
+    def read_until(count: int) -> bool:
+        got.extend(_read_available(r))
+        return got.count(b"\n") >= count
+
+    try:
+        logger.info("first line")  # written at once; then the writer pauses for a minute
+        wait_until(lambda: read_until(1), 10, message="the first line")
+        for i in range(400):  # ~26 KB: past a quarter of the queue from line ~250 on
+            logger.info("flood line %05d with some padding to make it longer", i)
+        # The lines up to a quarter go out at once (the rest may gather for the next pause).
+        wait_until(lambda: read_until(201), 10, message="the flood, well before the pause ends")
+        assert handler.dropped_total == 0
+    finally:
+        handler.close()

@@ -227,15 +227,18 @@ class _Run:
         while True:
             timeout = 0 if self.reaped else self._timeout_ms(time.monotonic())
             events = poller.poll(timeout)
-            for fd, _mask in events:
+            for fd, mask in events:
                 if fd == self.pidfd:
                     self._reap()
                 elif fd == self.stdin.fd:
                     self.stdin.write()
                 elif fd in self.streams:
-                    self._read(fd)
+                    self._read(fd, mask)
                 elif self.control is not None and fd == self.control.fd:
-                    self.control.on_readable(time.monotonic())
+                    if mask & _POLLIN:
+                        self.control.on_readable(time.monotonic())
+                    else:  # hung up with nothing unread: no read needed to see the end
+                        self.control.close()
             if self.reaped:
                 # Take what is already in the pipes, then stop: whoever still holds them
                 # open is not the command.
@@ -279,8 +282,10 @@ class _Run:
 
     # -- stdout / stderr --------------------------------------------------------------
 
-    def _read(self, fd: int) -> None:
-        data = os.read(fd, _READ_SIZE)
+    def _read(self, fd: int, mask: int) -> None:
+        # POLLHUP without POLLIN: every writer is gone and nothing is left to read (usually
+        # how a command's pipes end), so the read that would return b"" is saved.
+        data = os.read(fd, _READ_SIZE) if mask & _POLLIN else b""
         if data:
             self.streams[fd].feed(data)
             return

@@ -57,7 +57,7 @@ def tube_line(record: dict[str, Any]) -> str:
     if record.get("limit") is not None:
         facts.append(f"limit {record['limit']}")
     if record.get("rate") is not None:
-        facts.append(f"rate {float(record['rate']):g}/s, burst {float(record['burst'] or 1):g}")
+        facts.append(f"rate {float(record['rate']):g}/s:{float(record['burst'] or 1):g}")
     line = f"{stamp} pool {record.get('pool')}: tube {record.get('tube')} {what}"
     return cut(safe(f"{line} ({', '.join(facts)})"), width())
 

@@ -3,8 +3,8 @@
 Modules:
 
 - ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads:
-  results, job starts with their pid, output lines, …) and ``Observers``, the fan-out to
-  every sink below.
+  results, job starts with their pid, output lines, a tube held back (``TubeHold``), …)
+  and ``Observers``, the fan-out to every sink below.
 - ``logsetup``: stderr logging, text (``[tube:slot] job N …``) or JSON lines.
 - ``logsink``: ``SinkHandler``, the handler that never blocks a broker: a bounded queue,
   one writer thread, lines dropped, counted and reported when the sink stalls.

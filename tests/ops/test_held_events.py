@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,12 @@ from tests.helpers import BeanstalkServer, wait_until
 from tests.ops.procs import stop_process
 from tests.ops.test_events import FakeClock, read_lines, result
 from tests.supervisor.conftest import start_cmdstalk
+from tests.supervisor.test_sinks import Drainer, unread_fifo
 
 TUBE_KEYS = ["schema", "event", "time", "hostname", "pid", "pool", "tube", "reason", "running",
              "limit", "rate", "burst"]  # fmt: skip
+# Tube records of about 200 bytes: several times what a pipe holds unread.
+STALL_RECORDS = 2000
 
 
 def held(reason: str | None, running: int = 1, tube: str = "thumbs") -> TubeHold:
@@ -89,6 +94,29 @@ def test_the_event_log_writes_held_at_once_and_servable_once_settled(tmp_path: P
     ]  # fmt: skip
     assert [list(r) for r in records if "event" in r] == [TUBE_KEYS] * 4
     assert [r["schema"] for r in records] == [2, 3, 2, 3, 3, 3]
+
+
+def test_a_stalled_sink_never_holds_up_the_broker_that_changed_a_tube(tmp_path: Path) -> None:
+    path = tmp_path / "events.fifo"
+    with unread_fifo(path) as fifo:
+        # A job's record would wait up to 5 s for a stalled sink; a tube record never does.
+        elog = EventLog(str(path), hostname="h", pid=1, wait=5.0)
+        drainer = Drainer(fifo)
+        try:
+            slowest = 0.0
+            for i in range(STALL_RECORDS):  # far more than the unread pipe takes
+                began = time.monotonic()
+                elog.tube_held(held("limit", tube=f"t{i}"))
+                slowest = max(slowest, time.monotonic() - began)
+            assert slowest < 1.0
+            os.set_blocking(fifo, True)
+            drainer.start()
+        finally:
+            elog.close()
+        drainer.join(10)
+    lines = drainer.text().splitlines()
+    assert len(lines) == STALL_RECORDS and elog.lost_total == 0
+    assert [json.loads(line)["tube"] for line in lines] == [f"t{i}" for i in range(STALL_RECORDS)]
 
 
 def run_pool(beanstalk: BeanstalkServer, tmp_path: Path, jobs: int, *args: str) -> Path:

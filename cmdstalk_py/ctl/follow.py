@@ -1,6 +1,9 @@
 """``tail`` (the event log in readable lines, followed) and ``workers`` (what supervisors
 are running, from their dashboards' ``/api/running``).
 
+``tail`` shows job records and the records of a pool's tube held back by its limit or rate
+and servable again (``--held`` shows only these; ``--outcome`` and ``--failed``, only jobs).
+
 ``tail`` follows the file the way ``tail -F`` does: when logrotate moves it away or
 truncates it, the new file is read from its start.
 """
@@ -21,6 +24,7 @@ import click
 from cmdstalk_py.ctl.read import describe, parse_record
 from cmdstalk_py.ctl.servers import EXIT_UNREACHABLE, Target
 from cmdstalk_py.ctl.text import cut, echo_json, echo_lines, safe, table, width
+from cmdstalk_py.ops.eventlog import TUBE_HELD, TUBE_SERVABLE
 
 POLL = 0.25  # seconds between looks at a followed file that has nothing new
 OUTCOMES = ("deleted", "released", "buried", "timeout_buried", "precheck_buried",
@@ -29,6 +33,8 @@ OUTCOMES = ("deleted", "released", "buried", "timeout_buried", "precheck_buried"
 
 def event_line(record: dict[str, Any]) -> str:
     """One record as one line that fits the terminal: when, where, what, stderr's last line."""
+    if record.get("event") in TUBE_KINDS:
+        return tube_line(record)
     stamp = str(record.get("end", ""))[11:23]  # HH:MM:SS.mmm of the ISO time
     where = f"{record.get('tube')}:{record.get('slot')}"
     line = f"{stamp} {where} job {record.get('job_id')} {describe(record)}"
@@ -36,6 +42,36 @@ def event_line(record: dict[str, Any]) -> str:
     if tail:
         line += f" | {tail.rsplit(chr(10), 1)[-1]}"
     return cut(safe(line), width())
+
+
+#: The record kinds other than jobs ``tail`` shows (an event log may gain others later).
+TUBE_KINDS = (TUBE_HELD, TUBE_SERVABLE)
+
+
+def tube_line(record: dict[str, Any]) -> str:
+    """``12:27:21.995 pool img: tube thumbs held back by its limit (2 running, limit 2)``."""
+    stamp = str(record.get("time", ""))[11:23]
+    what = (f"held back by its {record.get('reason')}" if record.get("event") == TUBE_HELD
+            else "servable again")  # fmt: skip
+    facts = [f"{record.get('running')} running"]
+    if record.get("limit") is not None:
+        facts.append(f"limit {record['limit']}")
+    if record.get("rate") is not None:
+        facts.append(f"rate {float(record['rate']):g}/s:{float(record['burst'] or 1):g}")
+    line = f"{stamp} pool {record.get('pool')}: tube {record.get('tube')} {what}"
+    return cut(safe(f"{line} ({', '.join(facts)})"), width())
+
+
+def tail_record(line: bytes) -> dict[str, Any] | None:
+    """A line ``tail`` shows: a job record, or a tube's held/servable record."""
+    record = parse_record(line)
+    if record is not None:
+        return record
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and value.get("event") in TUBE_KINDS else None
 
 
 class Follower:
@@ -86,7 +122,7 @@ class Follower:
 def records(follower: Follower, follow: bool) -> Iterator[dict[str, Any]]:
     while True:
         for line in follower.lines():
-            record = parse_record(line)
+            record = tail_record(line)
             if record is not None:
                 yield record
         if not follow:
@@ -100,16 +136,20 @@ def records(follower: Follower, follow: bool) -> Iterator[dict[str, Any]]:
 @click.option("--outcome", "outcomes", multiple=True, type=click.Choice(OUTCOMES),
               help="Only this outcome (repeatable).")  # fmt: skip
 @click.option("--failed", is_flag=True, help="Only jobs that did not end deleted.")
+@click.option("--held", is_flag=True,
+              help="Only a pool's tubes held back by their limit or rate, and servable again.")
 @click.option("--lines", "-n", "backlog", default=10, show_default=True, type=click.IntRange(0),
               help="Matching records already in the file to show first.")  # fmt: skip
 @click.option("--follow/--no-follow", "-f/-F", default=True, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The records themselves, as JSON lines.")
 def tail(path: str, tubes: tuple[str, ...], outcomes: tuple[str, ...], failed: bool,
-         backlog: int, follow: bool, as_json: bool) -> None:  # fmt: skip
+         held: bool, backlog: int, follow: bool, as_json: bool) -> None:  # fmt: skip
     """Follow a cmdstalk event log (--events PATH) in readable lines."""
 
     def wanted(r: dict[str, Any]) -> bool:
-        return ((not tubes or r.get("tube") in tubes)
+        if "event" in r:  # a tube's record: only the tube filter applies to it
+            return not (outcomes or failed) and (not tubes or r.get("tube") in tubes)
+        return (not held and (not tubes or r.get("tube") in tubes)
                 and (not outcomes or r.get("outcome") in outcomes)
                 and not (failed and r.get("outcome") == "deleted"))  # fmt: skip
 

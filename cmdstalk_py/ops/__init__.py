@@ -3,12 +3,15 @@
 Modules:
 
 - ``observers``: ``Observer`` (no-op hooks the supervisor calls from broker threads:
-  results, job starts with their pid, output lines, …) and ``Observers``, the fan-out to
-  every sink below.
+  results, job starts with their pid, output lines, a tube held back (``TubeHold``), …)
+  and ``Observers``, the fan-out to every sink below.
 - ``logsetup``: stderr logging, text (``[tube:slot] job N …``) or JSON lines.
 - ``logsink``: ``SinkHandler``, the handler that never blocks a broker: a bounded queue,
   one writer thread, lines dropped, counted and reported when the sink stalls.
-- ``eventlog``: ``EventLog``, the JSON-lines event log (schema v1), reopened for logrotate.
+- ``eventlog``: ``EventLog``, the JSON-lines event log (job records schema v2, tube
+  held/servable records v3), reopened for logrotate.
+- ``holdsettle``: ``HoldSettler``, which held-back / servable changes of a tube the event
+  log writes (a servable that is held again within a second is not).
 - ``appendfile``: ``AppendFile``, a file that takes whole lines or nothing, private, that
   follows logrotate (the event log's file).
 - ``sinkqueue``: ``SinkQueue``, a bounded queue drained by one writer thread: how every

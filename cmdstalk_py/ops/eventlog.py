@@ -1,8 +1,12 @@
-"""The per-job event log: one JSON object per finished job, appended to a file or stdout.
+"""The event log: one JSON object per finished job, appended to a file or stdout, and one
+whenever a pool's limited or rated tube is held back or servable again.
 
-The record layout (schema v2: v1 plus ``pool`` and ``server``, the pool whose worker ran the
-job and the ``host:port`` it came from, and ``reason``, ``killed`` and ``progress``) is a
-contract with the Spark analytics, which read both versions; see README "Event log".
+The job record layout (schema v2: v1 plus ``pool`` and ``server``, the pool whose worker ran
+the job and the ``host:port`` it came from, and ``reason``, ``killed`` and ``progress``) is a
+contract with the Spark analytics, which read both versions; see README "Event log". Tube
+records (``tube_record``) are schema v3, the version that brought records other than jobs:
+they carry an ``event`` key, which no job record has, and a reader that knows only v1 and v2
+skips them as another version. Job records are unchanged and still say 2.
 ``EventLog`` is safe with many broker threads and never holds one up for long: records go
 through a bounded queue to one writer thread, each written whole or not at all
 (``appendfile``). It is friendly to logrotate: it reopens its path on SIGHUP (a flag set by
@@ -22,12 +26,17 @@ from collections.abc import Callable
 from types import FrameType
 
 from cmdstalk_py.ops.appendfile import AppendFile, write_all
+from cmdstalk_py.ops.holdsettle import SETTLE, Change, HoldSettler
 from cmdstalk_py.ops.logsetup import iso_utc, json_safe
-from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.observers import Observer, TubeHold
 from cmdstalk_py.ops.sinkqueue import SinkQueue
 from cmdstalk_py.supervisor.results import JobResult
 
 SCHEMA_VERSION = 2
+# The version of records that are not jobs (the ``event`` key tells which).
+EVENT_SCHEMA_VERSION = 3
+TUBE_HELD = "tube_held"
+TUBE_SERVABLE = "tube_servable"
 TAIL_BYTES = 4096  # stdout_tail / stderr_tail bound, in UTF-8 bytes
 # How long a broker waits for its record to be written before it calls the sink stalled.
 WAIT = 1.0
@@ -100,6 +109,27 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
     }
 
 
+def tube_record(hold: TubeHold, hostname: str, pid: int, at: float) -> dict[str, object]:
+    """``hold`` as an event-log record, schema v3, keys in contract order: ``tube_held``
+    (``reason`` ``"limit"`` or ``"rate"``) or ``tube_servable`` (``reason`` null), at epoch
+    second ``at``. ``rate`` is starts per second; ``limit``, ``rate`` and ``burst`` are null
+    for what the tube does not have."""
+    return {
+        "schema": EVENT_SCHEMA_VERSION,
+        "event": TUBE_SERVABLE if hold.reason is None else TUBE_HELD,
+        "time": iso_utc(at),
+        "hostname": hostname,
+        "pid": pid,
+        "pool": hold.pool,
+        "tube": hold.tube,
+        "reason": hold.reason,
+        "running": hold.running,
+        "limit": hold.limit,
+        "rate": hold.rate,
+        "burst": hold.burst,
+    }
+
+
 def encode_line(record: dict[str, object]) -> bytes:
     """One record as a ``\\n``-terminated UTF-8 JSON line."""
     text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -123,15 +153,16 @@ def _write_stdout(line: bytes) -> None:
 
 
 class EventLog(Observer):
-    """Appends one JSON line per finished job to ``path`` (``"-"`` for stdout).
+    """Appends one JSON line per finished job to ``path`` (``"-"`` for stdout), and one
+    per change of a limited or rated tube (``tube_held``).
 
-    Thread-safe; ``job_finished`` never raises and never blocks a broker for long: records
-    go through a bounded queue to one writer thread. A broker waits up to ``wait`` seconds
-    for its record to be written (so in the normal case the record is on disk when the job
-    is done); past that the sink is stalled and brokers stop waiting until it catches up,
-    and records that do not fit the queue are dropped. Every record lost (dropped, or a
-    failed write such as a full disk) is counted in ``lost_total`` and logged, once per
-    streak, and the file is reopened at the next write.
+    Thread-safe; ``job_finished`` and ``tube_held`` never raise and never block a broker
+    for long: records go through a bounded queue to one writer thread. A broker waits up
+    to ``wait`` seconds for a job's record to be written (so in the normal case the record
+    is on disk when the job is done); past that the sink is stalled and brokers stop
+    waiting until it catches up, and records that do not fit the queue are dropped. Every
+    record lost (dropped, or a failed write such as a full disk) is counted in
+    ``lost_total`` and logged, once per streak, and the file is reopened at the next write.
     """
 
     def __init__(
@@ -142,6 +173,7 @@ class EventLog(Observer):
         clock: Callable[[], float] = time.monotonic,
         wait: float = WAIT,
         limit: int = QUEUE_BYTES,
+        settle: float = SETTLE,
     ) -> None:
         import socket
 
@@ -157,6 +189,11 @@ class EventLog(Observer):
         self._stalled = False
         self._closed = False
         self._queue = SinkQueue(self._write_lines, limit, "cmdstalk-event-writer")
+        self._clock = clock
+        # Under it, a change is settled and queued in one step: a tube's records stay in
+        # the order of its changes.
+        self._settle_lock = threading.Lock()
+        self._settler = HoldSettler(settle)
 
     def request_reopen(self) -> None:
         """Ask for a reopen at the next write; safe to call from a signal handler."""
@@ -194,13 +231,34 @@ class EventLog(Observer):
         """Queue ``result``'s record; losses are counted and logged, never raised."""
         if self._closed:
             return
-        line = encode_line(event_record(result, self.hostname, self.pid))
+        self._enqueue(encode_line(event_record(result, self.hostname, self.pid)), wait=True)
+
+    def tube_held(self, hold: TubeHold) -> None:
+        """A tube was held back or became servable: queue its record, or for servable, once
+        it has stayed so for ``settle`` seconds (``holdsettle``). The broker that caused
+        the change does not wait for the write: nothing it does next depends on it."""
+        with self._settle_lock:
+            if not self._closed:
+                self._queue_changes(self._settler.change(hold, time.time(), self._clock()))
+
+    def heartbeat(self) -> None:
+        """Queue the servable records that have settled (called about once a second)."""
+        with self._settle_lock:
+            if not self._closed:
+                self._queue_changes(self._settler.due(self._clock())[0])
+
+    def _queue_changes(self, changes: list[Change]) -> None:
+        for change in changes:
+            record = tube_record(change.hold, self.hostname, self.pid, change.at)
+            self._enqueue(encode_line(record), wait=False)
+
+    def _enqueue(self, line: bytes, wait: bool) -> None:
         if self._stalled and self._queue.idle():
             self._stalled = False  # the sink caught up
         seq = self._queue.put(line)
         if seq is None:
             self._lost("the sink is not keeping up (queue full)")
-        elif not self._stalled and not self._queue.wait_written(seq, self._wait):
+        elif wait and not self._stalled and not self._queue.wait_written(seq, self._wait):
             self._stalled = True
             log.warning(
                 "event log %s: a write takes over %.1fs; brokers no longer wait for it",
@@ -231,7 +289,9 @@ class EventLog(Observer):
     def close(self) -> None:
         """Write what is queued (``LINGER`` seconds at most), close the file (stdout is left
         open). Later records are dropped."""
-        self._closed = True  # no new records; the queued ones are still written
+        with self._settle_lock:  # a tube's last change stands, settled or not
+            self._queue_changes(self._settler.flush())
+            self._closed = True  # no new records; the queued ones are still written
         # A writer stuck in a write holds the file: leave both to the process's exit.
         if self._queue.close(LINGER) and self._file is not None:
             self._file.close()

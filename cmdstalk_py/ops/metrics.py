@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.observers import Observer, TubeHold
 from cmdstalk_py.supervisor.results import JobResult
 
 log = logging.getLogger("cmdstalk.metrics")
@@ -286,9 +286,10 @@ class MetricsExporter(Observer):
         if limit is not None:
             self.tube_limit.labels(pool=pool, tube=tube).set(limit)
 
-    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
+    def tube_held(self, hold: TubeHold) -> None:
         for why in ("limit", "rate"):
-            self.held_gauge.labels(pool=pool, tube=tube, reason=why).set(int(why == reason))
+            held = int(why == hold.reason)
+            self.held_gauge.labels(pool=hold.pool, tube=hold.tube, reason=why).set(held)
 
     def reserve_waited(self, tube: str, seconds: float) -> None:
         self.reserve_wait.labels(tube=tube).observe(seconds)

@@ -31,6 +31,20 @@ class JobStart:
     limit_kind: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class TubeHold:
+    """A limited or rated tube of a pool held back or servable again, as
+    ``Observer.tube_held`` reports it (only on a change, never per job)."""
+
+    pool: str
+    tube: str
+    reason: str | None  # "limit" / "rate": its jobs stay queued; None: servable again
+    running: int  # its jobs running in the pool at the change
+    limit: int | None  # --tube-limit, running jobs at most
+    rate: float | None  # --tube-rate, starts per second
+    burst: float | None  # the rate's burst, starts at once
+
+
 class Observer:
     """No-op observer; subclass and override what you need."""
 
@@ -61,9 +75,9 @@ class Observer:
     def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
         """Jobs of a tube with a limit or rate running in ``pool`` (at each start and end)."""
 
-    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
-        """A limited or rated tube of ``pool`` is held back (``"limit"`` / ``"rate"``: its
-        jobs stay queued) or servable again (None)."""
+    def tube_held(self, hold: TubeHold) -> None:
+        """A limited or rated tube of ``hold.pool`` is held back (``hold.reason`` is
+        ``"limit"`` / ``"rate"``: its jobs stay queued) or servable again (None)."""
 
     def ready(self) -> None:
         """All initial brokers are connected (systemd READY=1)."""
@@ -154,8 +168,8 @@ class Observers(Observer):
         if self._hooks["tube_running"]:
             self._each("tube_running", pool, tube, running, limit)
 
-    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
-        self._each("tube_held", pool, tube, reason)
+    def tube_held(self, hold: TubeHold) -> None:
+        self._each("tube_held", hold)
 
     def process_killed(self, tube: str, signal_name: str) -> None:
         self._each("process_killed", tube, signal_name)

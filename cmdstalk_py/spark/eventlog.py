@@ -4,7 +4,9 @@ The schema is the contract in the README's "Event log" section (cmdstalk_py/ops/
 it). It is never inferred: inference over thousands of files is slow, and a log whose first
 lines happen to have only null exit codes would infer the wrong type. Lines that are not
 valid JSON objects, or carry another schema version, are counted and left out. v2 added
-``pool`` and ``server``; a v1 record reads as pool ``default`` and a null server.
+``pool`` and ``server``; a v1 record reads as pool ``default`` and a null server. Records
+that are not jobs (an ``event`` key: a tube held back or servable again, schema v3) are
+neither: they are skipped, so a log with them gives the same job figures as one without.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ SCHEMA_VERSION = 2
 #: Every version this reader understands (v1 lacks ``pool`` and ``server``).
 SCHEMA_VERSIONS = (1, 2)
 CORRUPT = "_corrupt_record"
+#: The key only records that are not jobs carry (``tube_held``, ``tube_servable``).
+EVENT_KIND = "event"
 # Outcome words, as cmdstalk_py.supervisor.results.Outcome spells them.
 DELETED = "deleted"
 RELEASED = "released"
@@ -92,9 +96,13 @@ def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
     ``events`` has the schema-v2 columns (v1 records: pool ``default``, server null)
     plus ``start_ts`` / ``end_ts`` (UTC timestamps) and ``date`` (of start); ``rejected``
     has one column, ``line``: the lines that were malformed, had a schema version other
-    than 1 or 2, or no parseable start time or tube.
+    than 1 or 2, or no parseable start time or tube. Records with an ``event`` key (not
+    jobs) are in neither.
     """
-    with_corrupt = StructType([*EVENT_SCHEMA.fields, StructField(CORRUPT, StringType())])
+    with_corrupt = StructType(
+        [*EVENT_SCHEMA.fields, StructField(EVENT_KIND, StringType()),
+         StructField(CORRUPT, StringType())]
+    )  # fmt: skip
     raw = (
         spark.read.schema(with_corrupt)
         .option("mode", "PERMISSIVE")
@@ -104,19 +112,22 @@ def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
         .withColumn("end_ts", F.try_to_timestamp(F.col("end"), F.lit(_TS_FORMAT)))
         .cache()  # Spark refuses queries on the corrupt-record column of uncached JSON
     )
+    # Malformed lines parse to all nulls, so they count as jobs here and are rejected below.
+    job = F.col(EVENT_KIND).isNull()
     good = (
-        F.col(CORRUPT).isNull()
+        job
+        & F.col(CORRUPT).isNull()
         & F.col("schema").isin(*SCHEMA_VERSIONS)
         & F.col("start_ts").isNotNull()
         & F.col("tube").isNotNull()
     )
     events = (
         raw.where(good)
-        .drop(CORRUPT)
+        .drop(CORRUPT, EVENT_KIND)
         .withColumn("pool", F.coalesce(F.col("pool"), F.lit("default")))
         .withColumn("date", F.to_date("start_ts"))
     )
-    rejected = raw.where(~good | good.isNull()).select(
+    rejected = raw.where(job & (~good | good.isNull())).select(
         F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*EVENT_SCHEMA.names))).alias("line")
     )
     return EventLogData(events, rejected, raw)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 
 from cmdstalk_py.client.connection import OutageReporter
 from cmdstalk_py.client.names import format_address
-from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.observers import Observer, TubeHold
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config, is_glob
@@ -259,13 +259,15 @@ class Pool:
                 return
 
     def _held(self, tube: str, reason: str | None) -> None:
-        running, _, _ = self.gate.state((tube,), time.monotonic())[tube]
+        running, limit, _ = self.gate.state((tube,), time.monotonic())[tube]
         if reason is None:
             log.info("pool %s: tube %s servable again", self.name, tube)
         else:
             log.info("pool %s: tube %s held back by its %s (%d running)", self.name, tube,
                      reason, running)  # fmt: skip
-        self.observer.tube_held(self.name, tube, reason)
+        rates = {t: (r, b) for t, r, b in self.config.tube_rates}
+        rate, burst = rates.get(tube, (None, None))
+        self.observer.tube_held(TubeHold(self.name, tube, reason, running, limit, rate, burst))
 
     def _count(self, tube: str, running: int) -> None:
         self.observer.tube_running(self.name, tube, running, self.gate.limits.get(tube))

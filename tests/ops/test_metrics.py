@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from cmdstalk_py.ops.metrics import MetricsExporter, parse_hostport, start_metrics
+from cmdstalk_py.ops.observers import TubeHold
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, free_port, running_beanstalkd, wait_until
 
@@ -223,9 +224,9 @@ def test_parse_hostport_rejects(text: str) -> None:
 def test_pool_tube_and_server_metrics(exporter: MetricsExporter) -> None:
     exporter.job_finished(result(Outcome.DELETED)._replace(pool="img", server="q:11300"))
     exporter.tube_running("img", "thumbs", 2, 2)
-    exporter.tube_held("img", "thumbs", "limit")
-    exporter.tube_held("img", "resize", "rate")
-    exporter.tube_held("img", "resize", None)
+    exporter.tube_held(TubeHold("img", "thumbs", "limit", 2, 2, None, None))
+    exporter.tube_held(TubeHold("img", "resize", "rate", 0, None, 5.0, 5.0))
+    exporter.tube_held(TubeHold("img", "resize", None, 0, None, 5.0, 5.0))
     s = scrape(exporter.port)
     labels = {"pool": "img", "server": "q:11300", "outcome": "deleted"}
     assert value(s, "cmdstalk_server_jobs_finished_total", **labels) == 1

@@ -13,6 +13,7 @@ from typing import Any
 import greenstalk
 import pytest
 
+from cmdstalk_py.ops.observers import TubeHold
 from cmdstalk_py.supervisor.lifecycle import Supervisor
 from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until
@@ -302,8 +303,8 @@ class HeldLog(Collector):
         self.held: list[tuple[str, str, str | None]] = []
         self.counts: list[tuple[str, int, int | None]] = []
 
-    def tube_held(self, pool: str, tube: str, reason: str | None) -> None:
-        self.held.append((pool, tube, reason))
+    def tube_held(self, hold: TubeHold) -> None:
+        self.held.append((hold.pool, hold.tube, hold.reason))
 
     def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
         self.counts.append((tube, running, limit))

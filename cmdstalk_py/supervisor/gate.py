@@ -118,7 +118,20 @@ class Gate:
                 if bucket is None or (bucket.rate, bucket.burst) != (rate, burst):
                     bucket = TokenBucket.full(rate, burst, now)
                 self._buckets[tube] = bucket
+            # A held tube whose limit and rate are gone is servable now, and says so: no
+            # job of it will report the change (metrics and the event log would keep
+            # "held" for good).
+            freed = [
+                tube
+                for tube, reason in self._reasons.items()
+                if reason is not None and tube not in self.limits and tube not in self._buckets
+            ]
+            for tube in freed:
+                self._reasons[tube] = None
             self.cond.notify_all()
+        if self.on_change is not None:
+            for tube in freed:
+                self.on_change(tube, None)
 
     @property
     def active(self) -> bool:

@@ -105,6 +105,19 @@ def test_held_and_servable_are_reported_once_each() -> None:
     assert seen == [("l", "limit"), ("l", None)]
 
 
+def test_a_reload_that_lifts_the_limit_of_a_held_tube_reports_it_servable() -> None:
+    seen: list[tuple[str, str | None]] = []
+    gate = Gate({"l": 1, "k": 1}, {}, now=0.0, on_change=lambda t, r: seen.append((t, r)))
+    gate.claim("a", 0, ("l",), 0.0)
+    gate.started("a", "l", 0.0)
+    gate.claim("b", 0, ("l",), 0.0)
+    assert seen == [("l", "limit")]
+    gate.reconfigure({"k": 1}, {}, 1.0)  # l's limit is gone; k keeps its own
+    assert seen == [("l", "limit"), ("l", None)]
+    gate.reconfigure({"k": 1}, {}, 2.0)
+    assert seen == [("l", "limit"), ("l", None)]  # once
+
+
 def test_parsers() -> None:
     assert parse_tube_limits(["img=2", "mail=1", "img=3"]) == (("img", 3), ("mail", 1))
     assert parse_rate("5/s") == (5.0, 5.0)

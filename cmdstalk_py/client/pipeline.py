@@ -223,9 +223,24 @@ class Client:
     def bury(self, job_id: int, priority: int) -> None:
         self._command(b"bury %d %d" % (job_id, priority), b"BURIED")
 
-    def touch(self, job_id: int) -> None:
-        """Restart the TTR of a job we hold (``NotFound`` when it is no longer ours)."""
-        self._command(b"touch %d" % job_id, b"TOUCHED")
+    def touch(self, job_id: int, within: float | None = None) -> None:
+        """Restart the TTR of a job we hold (``NotFound`` when it is no longer ours).
+
+        ``within``: seconds to wait for the reply at most, when sooner than the I/O
+        timeout (``TimeoutError`` then; the connection is in an unknown state: drop it).
+        A touch sent while a command runs must not outlast the command's kill point.
+        """
+        if within is None or (self._io_timeout is not None and within >= self._io_timeout):
+            self._command(b"touch %d" % job_id, b"TOUCHED")
+            return
+        set_io_timeout(self.sock, max(within, 0.001))
+        try:
+            self._command(b"touch %d" % job_id, b"TOUCHED")
+        except TimeoutError:
+            raise TimeoutError(f"no reply to touch in {within:.1f}s") from None
+        finally:
+            with contextlib.suppress(OSError):  # closed under us: nothing to restore
+                set_io_timeout(self.sock, self._io_timeout or 0)
 
     def stats_job(self, job_id: int) -> StatsJob:
         return cast("StatsJob", parse_stats(self._data(b"stats-job %d" % job_id)))

@@ -150,8 +150,11 @@ class JobRun:
         self._touch_wanted = False
         if not self._touch_helps():
             return  # --max-runtime comes first: the reservation lasts until then
+        # A silent server must not hold the kill: the reply is awaited until the kill
+        # point at most (then the connection is dropped and the command killed at once).
+        within = self.deadline()[0] - now
         try:
-            self._client.touch(self.job_id)
+            self._client.touch(self.job_id, within)
         except NotFound:
             self._gone(now, "NOT_FOUND on touch: the reservation had expired")
             return

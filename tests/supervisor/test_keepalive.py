@@ -4,6 +4,7 @@ command runs; --max-runtime bounds the command instead, and the timeout policy a
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -119,6 +120,48 @@ def test_a_failed_touch_kills_the_command_at_once(tmp_path: Path) -> None:
         assert (result.outcome, result.killed) == (Outcome.LOST, Reason.TTR)
         # Killed at the first touch that failed (2.5 s), not at the deadline (5 s).
         assert result.duration_ms < 4500
+        broker.close()
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.mark.parametrize("kind", ["beanstalkd", "bundled"])
+def test_a_silent_server_does_not_hold_the_kill(kind: str, tmp_path: Path) -> None:
+    """The server stops answering (SIGSTOP) under a keep-alive job: the touch waits for
+    its reply until the kill point at most, not the whole I/O timeout, so the command is
+    killed before the server's TTR runs out (another worker may get the job then)."""
+    if kind == "beanstalkd":
+        binary = beanstalkd_path()
+        if binary is None:
+            pytest.skip("no beanstalkd")
+        server = start_server_process(lambda p: [binary, "-l", "127.0.0.1", "-p", str(p)])
+    else:
+        server = start_server_process(
+            lambda p: [sys.executable, "-m", "cmdstalk_py.server", "-l", "127.0.0.1", "-p", str(p)]
+        )
+    try:
+        bs = BeanstalkServer(kind, "127.0.0.1", server.port)
+        # TTR 8: touched at 2.5 s, killed 5 s after the reservation without a touch.
+        bs.client(use="mute").put(b"", ttr=8)
+        started = tmp_path / "started"
+        config = config_for(bs, f"touch {started}; exec sleep 60", keep_alive=True)
+        assert config.io_timeout >= 30  # what the touch would wait without a bound
+        broker = Broker(config, "mute", 0)
+        results: list[JobResult | None] = []
+        thread = threading.Thread(target=lambda: results.append(broker.run_once()), daemon=True)
+        thread.start()
+        wait_until(started.exists, 10, message="the command running")
+        bs.close_clients()
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            thread.join(20)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        assert not thread.is_alive() and results and results[0] is not None
+        result = results[0]
+        assert (result.outcome, result.killed) == (Outcome.LOST, Reason.TTR)
+        # Killed at the kill point (5 s), not after the I/O timeout (30 s past the touch).
+        assert 4500 <= result.duration_ms < 8000, result.duration_ms
         broker.close()
     finally:
         server.stop(signal.SIGKILL)

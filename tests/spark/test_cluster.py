@@ -195,9 +195,10 @@ echo "$body" >> done.txt
 """
 
 
-def _kill_mid_command(cluster: Cluster) -> set[int]:
-    """SIGKILL an executor just after one of its commands started (it has ~2 s left, so
-    the job is certainly held, not finished); the jobs its commands were running."""
+def _kill_mid_command(cluster: Cluster, runs: Path) -> set[int]:
+    """SIGKILL an executor just after one of its commands started and recorded its run in
+    ``runs`` (it has ~2 s left, so the job is certainly held, not finished); the jobs its
+    commands were running."""
     import os
     import signal
 
@@ -210,6 +211,14 @@ def _kill_mid_command(cluster: Cluster) -> set[int]:
         lambda: {p: j for p, j in _commands_of(victim).items() if p not in seen},
         60, interval=0.02, message="a command starting on the victim",
     )  # fmt: skip
+
+    def recorded() -> bool:
+        # The process exists before it has read its body and written its line: killed
+        # in between, its run would leave no record to count.
+        lines = runs.read_text().splitlines() if runs.exists() else []
+        return set(fresh.values()) <= {int(line.split()[0]) for line in lines}
+
+    wait_until(recorded, 10, interval=0.01, message="the command's run recorded")
     os.kill(victim, signal.SIGKILL)
     # The broker's commands die with their executor instead of running on.
     wait_until(lambda: not any(_alive(p) for p in fresh), 30, message="orphans")
@@ -245,7 +254,7 @@ def test_an_executor_killed_mid_drain_loses_no_result(
                 lambda: events.exists() and len(events.read_bytes().splitlines()) >= 2,
                 240, interval=0.2, message="first results streamed",
             )  # fmt: skip
-            held = _kill_mid_command(spark_cluster)
+            held = _kill_mid_command(spark_cluster, tmp_path / "runs.txt")
             stdout, stderr = proc.communicate(timeout=300)
         finally:
             if proc.poll() is None:

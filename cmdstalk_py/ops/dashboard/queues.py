@@ -1,16 +1,19 @@
-"""``QueueView``: the supervisor's tubes as the server sees them, only when someone looks.
+"""``QueueView``: the supervisor's tubes as one server sees them, only when someone looks;
+``Queues``: one view per server the supervisor serves, asked together.
 
-A dashboard nobody has open must cost the server nothing: stats are fetched when a page
-or an ``/api`` client asks, at most once per ``min_interval`` (a second), on the
-dashboard's own connection; several pages share one sample. Rates are the difference
-between two samples (puts: ``total-jobs``, deletes: ``cmd-delete``) over their interval.
+A dashboard nobody has open must cost the servers nothing: stats are fetched when a page
+or an ``/api`` client asks, at most once per ``min_interval`` (a second) per server, on the
+dashboard's own connection to each; several pages share one sample. Rates are the
+difference between two samples of one server (puts: ``total-jobs``, deletes:
+``cmd-delete``) over their interval. Servers are asked in parallel, so a silent one holds a
+page up for its own timeout at most, never one timeout per server, and its rows alone go.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
@@ -84,7 +87,8 @@ class QueueView:
         return found
 
     def _row(self, tube: str, stats: dict[str, Any], seconds: float) -> dict[str, Any]:
-        row: dict[str, Any] = {"tube": tube, **{k: stats.get(f) for f, k in FIELDS.items()}}
+        row: dict[str, Any] = {"tube": tube, "server": self.address,
+                               **{k: stats.get(f) for f, k in FIELDS.items()}}  # fmt: skip
         old = self._raw.get(tube)
         for field, key in RATES.items():
             if old is None or seconds <= 0:
@@ -101,3 +105,64 @@ class QueueView:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+class Queues:
+    """A ``QueueView`` per server (in the supervisor's order), merged for ``/api``.
+
+    ``snapshot()`` keeps the shape one server gave before several were served: ``up``
+    (every server answered; None until asked), ``error`` (the reasons, each named by its
+    server when there are several) and ``tubes`` (every server's rows, each naming its
+    ``server``); ``servers`` adds each server's own ``up`` and ``error``.
+    """
+
+    def __init__(self, views: Sequence[QueueView]) -> None:
+        if not views:
+            raise ValueError("a dashboard needs at least one server")
+        self.views = list(views)
+
+    @property
+    def servers(self) -> list[str]:
+        return [v.address for v in self.views]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every server's latest sample, each taken now if it is older than a second."""
+        parts = [(v.address, s) for v, s in zip(self.views, self._snapshots(), strict=True)]
+        servers = [{"server": a, "up": s["up"], "error": s["error"]} for a, s in parts]
+        ups = [s["up"] for _, s in parts]
+        errors = [(a, s["error"]) for a, s in parts if s["error"]]
+        if len(parts) == 1:
+            error = errors[0][1] if errors else None
+        else:
+            error = "; ".join(f"{a}: {e}" for a, e in errors) or None
+        return {
+            "up": None if None in ups else all(ups),
+            "error": error,
+            "tubes": [row for _, s in parts for row in s["tubes"]],
+            "servers": servers,
+        }
+
+    def _snapshots(self) -> list[dict[str, Any]]:
+        if len(self.views) == 1:
+            return [self.views[0].snapshot()]
+        found: list[dict[str, Any]] = [{} for _ in self.views]
+
+        def ask(index: int) -> None:
+            try:
+                found[index] = self.views[index].snapshot()
+            except Exception as e:  # a thread has nobody to raise to: this server's row says it
+                found[index] = {"up": False, "error": f"{type(e).__name__}: {e}", "tubes": []}
+
+        # Daemon threads, not an executor's: a server gone silent while the supervisor
+        # stops must not hold up its exit for the rest of the timeout.
+        threads = [threading.Thread(target=ask, args=(i,), name="cmdstalk-dashboard-queues",
+                                    daemon=True) for i in range(len(self.views))]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return found
+
+    def close(self) -> None:
+        for view in self.views:
+            view.close()

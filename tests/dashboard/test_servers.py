@@ -5,6 +5,7 @@ asked of any server while nobody looks."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +142,33 @@ def test_no_server_is_asked_while_nobody_looks(two: Started, tmp_path: Path) -> 
         assert counts() == [n + 1 for n in before]  # one stats-tube each, for tube work
         get(sup.url + "api/state")  # within a second: the same samples serve both
         assert counts() == [n + 1 for n in before]
+        # Rates are each server's own: puts on the second alone show on its row alone.
+        producer = servers[1].client(use="work")
+        for _ in range(5):
+            producer.put(b"")
+        a, b = (server.address for server in servers)
+        rows = wait_until(lambda: _rows(sup) if (_rows(sup)[(b, "work")]["puts_per_s"] or 0) > 0
+                          else {}, timeout=10, message="the second server's put rate")  # fmt: skip
+        assert rows[(a, "work")]["puts_per_s"] == 0
+
+
+@pytest.mark.slow
+def test_a_silent_server_holds_the_page_up_for_its_timeout_alone(
+    real_beanstalkd: BeanstalkServer, tmp_path: Path
+) -> None:
+    # Accepts connections (the kernel's backlog) and never answers a command.
+    silent = socket.create_server(("127.0.0.1", 0), backlog=64)
+    try:
+        mute = BeanstalkServer("silent", "127.0.0.1", silent.getsockname()[1])
+        a, b = real_beanstalkd.address, mute.address
+        with supervised_servers([real_beanstalkd, mute], tmp_path) as sup:
+            started = time.monotonic()
+            status, queue = get(sup.url + "api/tubes")
+            took = time.monotonic() - started
+            assert status == 200 and took < 9  # one 5 s timeout, not one per server and tube
+            servers = {s["server"]: s for s in queue["servers"]}
+            assert servers[a]["up"] is True and servers[b]["up"] is False
+            assert "timed out" in servers[b]["error"]
+            assert [(t["server"], t["tube"]) for t in queue["tubes"]] == [(a, "work")]
+    finally:
+        silent.close()

@@ -144,10 +144,15 @@ def _start_dashboard(
                  "connected": b.connection.connected.is_set(), "error": None}
                 for b in supervisor.dispatcher.brokers()]  # fmt: skip
 
+    def served() -> list[str]:
+        # Every server of every pool as configured now (a reload may change them), the
+        # first pool's first server first.
+        pools = supervisor.dispatcher.configs
+        return [format_address(h, p) for pool in pools for h, p in pool.addresses]
+
     try:
-        # Every server of every pool, the first pool's first server first.
         dashboard = start_dashboard(
-            extras.http, board, servers, supervisor.dispatcher.tubes,
+            extras.http, board, served, supervisor.dispatcher.tubes,
             supervisor.request_stop, extras.http_token, connections,
             exporter.render if exporter is not None else None,
         )  # fmt: skip

@@ -5,6 +5,7 @@ asked of any server while nobody looks."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tests.dashboard.supervised import (
     get,
     post,
     server_processes,
+    supervised_pools,
     supervised_servers,
 )
 from tests.helpers import BeanstalkServer, beanstalkd_path, wait_until
@@ -172,3 +174,30 @@ def test_a_silent_server_holds_the_page_up_for_its_timeout_alone(
             assert [(t["server"], t["tube"]) for t in queue["tubes"]] == [(a, "work")]
     finally:
         silent.close()
+
+
+def test_a_reload_that_adds_a_server_shows_it_and_lets_it_be_acted_on(
+    two: Started, tmp_path: Path
+) -> None:
+    (_, first), (_, second) = two
+    a, b = first.address, second.address
+    one = '[pools.one]\ntubes = ["work"]\n'
+    with supervised_pools(first, tmp_path, one) as sup:
+        wait_until(lambda: set(_rows(sup)) == {(a, "work")}, timeout=30, message="a's row")
+        pause = sup.url + "api/actions/pause"
+        assert post(pause, {"tube": "work", "seconds": 0, "server": b}, TOKEN)[0] == 403
+        config = tmp_path / "pools.toml"
+        two_pools = f'{one}[pools.two]\naddress = "{b}"\ntubes = ["work"]\n'
+        config.write_text(config.read_text().replace(one, two_pools))
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: set(_rows(sup)) == {(a, "work"), (b, "work")}, timeout=30,
+                   message="the added server's row")  # fmt: skip
+        assert sup.state()["supervisor"]["servers"] == [a, b]
+        assert post(pause, {"tube": "work", "seconds": 20, "server": b}, TOKEN)[0] == 200
+        assert second.client().stats_tube("work")["pause"] == 20
+        # Dropped again: its row goes, and it may no longer be acted on.
+        config.write_text(config.read_text().replace(two_pools, one))
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: set(_rows(sup)) == {(a, "work")}, timeout=30,
+                   message="the dropped server's row gone")  # fmt: skip
+        assert post(pause, {"tube": "work", "seconds": 0, "server": b}, TOKEN)[0] == 403

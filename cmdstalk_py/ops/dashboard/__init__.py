@@ -10,8 +10,8 @@ Modules:
   none; last output lines) and the latest finished ones.
 - ``queues``: ``QueueView``, stats-tube of the supervisor's tubes on the dashboard's own
   connection to one server, with rates; polled only when a page or ``/api`` asks, at most
-  once a second. ``Queues``: a view per server the supervisor serves, asked in parallel,
-  each server's reachability on its own.
+  once a second. ``Queues``: a view per server the supervisor serves now (a reload may
+  add or drop one), asked in parallel, each server's reachability on its own.
 - ``actions``: ``Actions``, what a token holder may do: kick a buried job, delete a job,
   pause a tube (each on a server it names, one the supervisor serves), drain this
   supervisor.

@@ -15,12 +15,25 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import greenstalk
 
 from cmdstalk_py.client.names import DEFAULT_PORT, MAX_U32, parse_address, validate_tube
 
 TIMEOUT = 5.0
+
+
+class Target(NamedTuple):
+    """A server an action may touch: one the supervisor serves."""
+
+    name: str  # host:port, as the supervisor names it
+    address: tuple[str, int]
+    several: bool  # the supervisor serves others too: messages name this one
+
+    @property
+    def on(self) -> str:
+        return f" on {self.name}" if self.several else ""
 
 
 class ActionError(Exception):
@@ -32,46 +45,45 @@ class ActionError(Exception):
 
 
 class Actions:
-    """Kick, delete, pause on one of ``servers`` (``host:port``), for its ``tubes()``;
-    drain, called once."""
+    """Kick, delete, pause on one of ``servers()`` (``host:port``, asked at each action: a
+    reload may change them), for its ``tubes()``; drain, called once."""
 
     def __init__(
-        self, servers: Sequence[str], tubes: Callable[[], list[str]], drain: Callable[[], None]
+        self,
+        servers: Callable[[], Sequence[str]],
+        tubes: Callable[[], list[str]],
+        drain: Callable[[], None],
     ) -> None:
-        if not servers:
-            raise ValueError("a dashboard needs at least one server")
-        self.servers = list(servers)
-        self._addresses = {parse_address(s, DEFAULT_PORT): s for s in self.servers}
+        self._servers = servers
         self._tubes = tubes
         self._drain = drain
         self._drain_lock = threading.Lock()
         self.drained = False
 
-    def server(self, named: str | None) -> tuple[str, int]:
-        """The address of the server ``named`` (``None``: the only one), if it is ours."""
-        if named is None or named == "":
-            if len(self.servers) > 1:
-                raise ActionError(400, "name the server: one of " + ", ".join(self.servers))
-            named = self.servers[0]
+    def server(self, named: str | None) -> Target:
+        """The server ``named`` (``None``: the only one), if it is one the supervisor
+        serves, else ``ActionError`` (400 malformed or left out among several, 403 not
+        ours): nothing is connected to before this check."""
+        servers = list(dict.fromkeys(self._servers()))
+        if not named:
+            if len(servers) != 1:
+                raise ActionError(400, "name the server: one of " + ", ".join(servers))
+            named = servers[0]
         try:
             address = parse_address(named, DEFAULT_PORT)
         except ValueError as e:
             raise ActionError(400, str(e)) from None
-        if address not in self._addresses:
+        ours = {parse_address(s, DEFAULT_PORT): s for s in servers}
+        if address not in ours:
             raise ActionError(403, f"{named} is not a server this supervisor serves")
-        return address
+        return Target(ours[address], address, len(servers) > 1)
 
-    def _client(self, server: str | None) -> greenstalk.Client[bytes]:
-        address = self.server(server)
+    def _client(self, target: Target) -> greenstalk.Client[bytes]:
         try:
-            sock = socket.create_connection(address, timeout=TIMEOUT)
+            sock = socket.create_connection(target.address, timeout=TIMEOUT)
         except OSError as e:
-            raise ActionError(502, f"cannot reach {self._addresses[address]}: {e}") from None
+            raise ActionError(502, f"cannot reach {target.name}: {e}") from None
         return greenstalk.Client(sock, encoding=None)
-
-    def _on(self, server: str | None) -> str:
-        """`` on host:port`` in a message, when there are several servers to tell apart."""
-        return "" if len(self.servers) == 1 else f" on {self._addresses[self.server(server)]}"
 
     def _own_job(self, client: greenstalk.Client[bytes], job_id: int) -> None:
         try:
@@ -82,22 +94,24 @@ class Actions:
             raise ActionError(403, f"job {job_id} is in {tube}, not a tube this supervisor runs")
 
     def kick(self, job_id: int, server: str | None = None) -> str:
-        with self._client(server) as client:
+        target = self.server(server)
+        with self._client(target) as client:
             self._own_job(client, job_id)
             try:
                 client.kick_job(job_id)
             except greenstalk.NotFoundError:
                 raise ActionError(409, f"job {job_id} is neither buried nor delayed") from None
-        return f"kicked job {job_id}{self._on(server)}"
+        return f"kicked job {job_id}{target.on}"
 
     def delete(self, job_id: int, server: str | None = None) -> str:
-        with self._client(server) as client:
+        target = self.server(server)
+        with self._client(target) as client:
             self._own_job(client, job_id)
             try:
                 client.delete(job_id)
             except greenstalk.NotFoundError:
                 raise ActionError(409, f"job {job_id} is running: it cannot be deleted") from None
-        return f"deleted job {job_id}{self._on(server)}"
+        return f"deleted job {job_id}{target.on}"
 
     def pause(self, tube: str, seconds: int, server: str | None = None) -> str:
         try:
@@ -108,12 +122,13 @@ class Actions:
             raise ActionError(403, f"{tube} is not a tube this supervisor runs")
         if not 0 <= seconds <= MAX_U32:
             raise ActionError(400, "seconds out of range")
-        with self._client(server) as client:
+        target = self.server(server)
+        with self._client(target) as client:
             try:
                 client.pause_tube(tube, seconds)
             except greenstalk.NotFoundError:
                 raise ActionError(404, f"tube {tube} does not exist right now") from None
-        return f"paused {tube} for {seconds}s{self._on(server)}"
+        return f"paused {tube} for {seconds}s{target.on}"
 
     def drain(self) -> str:
         with self._drain_lock:

@@ -108,26 +108,44 @@ class QueueView:
 
 
 class Queues:
-    """A ``QueueView`` per server (in the supervisor's order), merged for ``/api``.
+    """A ``QueueView`` per server of ``servers()`` (in its order), merged for ``/api``.
 
-    ``snapshot()`` keeps the shape one server gave before several were served: ``up``
-    (every server answered; None until asked), ``error`` (the reasons, each named by its
-    server when there are several) and ``tubes`` (every server's rows, each naming its
-    ``server``); ``servers`` adds each server's own ``up`` and ``error``.
+    ``servers()`` is asked at each look, so a reload that adds a server shows it and one
+    that drops a server closes its view. ``snapshot()`` keeps the shape one server gave
+    before several were served: ``up`` (every server answered; None until asked),
+    ``error`` (the reasons, each named by its server when there are several) and ``tubes``
+    (every server's rows, each naming its ``server``); ``servers`` adds each server's own
+    ``up`` and ``error``.
     """
 
-    def __init__(self, views: Sequence[QueueView]) -> None:
-        if not views:
-            raise ValueError("a dashboard needs at least one server")
-        self.views = list(views)
+    def __init__(self, servers: Callable[[], Sequence[str]], tubes: Callable[[], list[str]]):
+        self._servers = servers
+        self._tubes = tubes
+        self._lock = threading.Lock()
+        self._views: dict[str, QueueView] = {}
 
     @property
     def servers(self) -> list[str]:
-        return [v.address for v in self.views]
+        """The servers the supervisor serves now, each once, the first pool's first first."""
+        return list(dict.fromkeys(self._servers()))
+
+    def views(self) -> list[QueueView]:
+        """A view per server served now; the views of servers no longer served are closed."""
+        names = self.servers
+        with self._lock:
+            gone = [self._views.pop(name) for name in set(self._views) - set(names)]
+            for name in names:
+                if name not in self._views:
+                    self._views[name] = QueueView(name, self._tubes)
+            views = [self._views[name] for name in names]
+        for view in gone:  # outside the lock: it may wait for a sample under way
+            view.close()
+        return views
 
     def snapshot(self) -> dict[str, Any]:
         """Every server's latest sample, each taken now if it is older than a second."""
-        parts = [(v.address, s) for v, s in zip(self.views, self._snapshots(), strict=True)]
+        views = self.views()
+        parts = [(v.address, s) for v, s in zip(views, self._snapshots(views), strict=True)]
         servers = [{"server": a, "up": s["up"], "error": s["error"]} for a, s in parts]
         ups = [s["up"] for _, s in parts]
         errors = [(a, s["error"]) for a, s in parts if s["error"]]
@@ -136,27 +154,28 @@ class Queues:
         else:
             error = "; ".join(f"{a}: {e}" for a, e in errors) or None
         return {
-            "up": None if None in ups else all(ups),
+            "up": None if None in ups or not ups else all(ups),
             "error": error,
             "tubes": [row for _, s in parts for row in s["tubes"]],
             "servers": servers,
         }
 
-    def _snapshots(self) -> list[dict[str, Any]]:
-        if len(self.views) == 1:
-            return [self.views[0].snapshot()]
-        found: list[dict[str, Any]] = [{} for _ in self.views]
+    @staticmethod
+    def _snapshots(views: list[QueueView]) -> list[dict[str, Any]]:
+        if len(views) == 1:
+            return [views[0].snapshot()]
+        found: list[dict[str, Any]] = [{} for _ in views]
 
         def ask(index: int) -> None:
             try:
-                found[index] = self.views[index].snapshot()
+                found[index] = views[index].snapshot()
             except Exception as e:  # a thread has nobody to raise to: this server's row says it
                 found[index] = {"up": False, "error": f"{type(e).__name__}: {e}", "tubes": []}
 
         # Daemon threads, not an executor's: a server gone silent while the supervisor
         # stops must not hold up its exit for the rest of the timeout.
         threads = [threading.Thread(target=ask, args=(i,), name="cmdstalk-dashboard-queues",
-                                    daemon=True) for i in range(len(self.views))]  # fmt: skip
+                                    daemon=True) for i in range(len(views))]  # fmt: skip
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -164,5 +183,7 @@ class Queues:
         return found
 
     def close(self) -> None:
-        for view in self.views:
+        with self._lock:
+            views, self._views = list(self._views.values()), {}
+        for view in views:
             view.close()

@@ -22,14 +22,14 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
 from cmdstalk_py.ops.dashboard.actions import ActionError, Actions
 from cmdstalk_py.ops.dashboard.board import Board
-from cmdstalk_py.ops.dashboard.queues import Queues, QueueView
+from cmdstalk_py.ops.dashboard.queues import Queues
 from cmdstalk_py.ops.metrics import parse_hostport
 from cmdstalk_py.ops.observers import Observer
 
@@ -91,12 +91,13 @@ class Dashboard(Observer):
 
     def state(self) -> dict[str, Any]:
         """Everything the page shows (``/api/state``)."""
+        servers = self.queues.servers
         return {
             "supervisor": {
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
-                "server": self.queues.servers[0],
-                "servers": self.queues.servers,
+                "server": servers[0] if servers else None,
+                "servers": servers,
                 "state": "draining" if self.actions.drained else self.board.state,
                 "actions": self.token is not None,
             },
@@ -150,18 +151,17 @@ class Dashboard(Observer):
 def start_dashboard(
     listen: str,
     board: Board,
-    servers: list[str],
+    servers: Callable[[], Sequence[str]],
     tubes: Callable[[], list[str]],
     drain: Callable[[], None],
     token: str | None,
     connections: Callable[[], list[dict[str, Any]]],
     metrics: Callable[[], tuple[bytes, str]] | None = None,
 ) -> Dashboard:
-    """A dashboard on ``listen`` for the supervisor of ``tubes()`` on ``servers``
-    (``host:port`` each, the first one first). ValueError for a malformed ``listen``,
-    OSError when it cannot be bound."""
-    servers = list(dict.fromkeys(servers))  # two pools on one server: one view of it
-    queues = Queues([QueueView(server, tubes) for server in servers])
+    """A dashboard on ``listen`` for the supervisor of ``tubes()`` on ``servers()``
+    (``host:port`` each, the first one first; asked again at each look, as a reload may
+    change them). ValueError for a malformed ``listen``, OSError when it cannot be bound."""
+    queues = Queues(servers, tubes)
     return Dashboard(listen, board, queues, Actions(servers, tubes, drain), token,
                      connections, metrics)  # fmt: skip
 

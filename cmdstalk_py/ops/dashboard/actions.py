@@ -4,10 +4,9 @@ Only on the supervisor's own servers and tubes: kick, delete and pause name thei
 (one the supervisor serves, never an address a client makes up; it may be left out when
 there is only one), since a job id means nothing without its server; a job to kick or
 delete must be in one of the tubes (checked with ``stats-job`` first), a tube to pause must
-be one. Drain asks the supervisor to stop
-reserving and finish its running jobs, exactly as one SIGTERM does, and only once: a
-second SIGTERM would kill the running commands, which a button must not do by a double
-click.
+be one. Drain asks the supervisor to stop reserving and finish its running jobs, exactly as
+one SIGTERM does, and only once: a second SIGTERM would kill the running commands, which a
+button must not do by a double click.
 """
 
 from __future__ import annotations

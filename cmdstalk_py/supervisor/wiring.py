@@ -99,7 +99,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
             observers.add(exporter)
         if extras.http is not None:
-            _start_dashboard(config, servers, extras, supervisor, observers, exporter)
+            _start_dashboard(servers, extras, supervisor, observers, exporter)
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit. Outside systemd it would only count jobs for nobody.
         notifier = SystemdNotifier()
@@ -118,7 +118,6 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
 
 
 def _start_dashboard(
-    config: Config,
     servers: list[str],
     extras: Extras,
     supervisor: Supervisor,
@@ -141,12 +140,19 @@ def _start_dashboard(
     observers.add(board)
 
     def connections() -> list[dict[str, Any]]:
-        return [{"where": b.where, "connected": b.connection.connected.is_set(), "error": None}
+        return [{"where": b.where, "server": b.connection.address,
+                 "connected": b.connection.connected.is_set(), "error": None}
                 for b in supervisor.dispatcher.brokers()]  # fmt: skip
+
+    def served() -> list[str]:
+        # Every server of every pool as configured now (a reload may change them), the
+        # first pool's first server first.
+        pools = supervisor.dispatcher.configs
+        return [format_address(h, p) for pool in pools for h, p in pool.addresses]
 
     try:
         dashboard = start_dashboard(
-            extras.http, board, config.address, supervisor.dispatcher.tubes,
+            extras.http, board, served, supervisor.dispatcher.tubes,
             supervisor.request_stop, extras.http_token, connections,
             exporter.render if exporter is not None else None,
         )  # fmt: skip

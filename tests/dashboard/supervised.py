@@ -13,11 +13,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import BeanstalkServer, free_port, wait_until
+from tests.helpers import (
+    BeanstalkServer,
+    ServerProcess,
+    beanstalkd_path,
+    free_port,
+    start_server_process,
+    wait_until,
+)
 from tests.ops.procs import stop_process
 
 CMDSTALK = str(Path(sys.executable).with_name("cmdstalk"))
+SERVER = str(Path(sys.executable).with_name("cmdstalk-server"))
 TOKEN = "t0ken-for-tests"
+Started = list[tuple[ServerProcess, BeanstalkServer]]  # each server and its process
 
 # The payload picks the behaviour: "slow" prints a line every 0.2 s for a long while,
 # "fail" writes hostile markup and an escape to stderr and exits 3 (buried: 3 is listed).
@@ -81,6 +90,36 @@ def supervised(
             "--cmd", JOB, "--bury-exit-codes", "3", "--shutdown-timeout", "1", *args]  # fmt: skip
     with _started(argv, tmp_path, token) as sup:
         yield sup
+
+
+@contextmanager
+def supervised_servers(
+    servers: list[BeanstalkServer], tmp_path: Path, *args: str
+) -> Iterator[Supervised]:
+    """``cmdstalk --address A,B --http`` on tube ``work`` (2 brokers per server)."""
+    address = ",".join(server.address for server in servers)
+    argv = ["--address", address, "--tubes", "work", "--per-tube", "2", "--cmd", JOB,
+            "--bury-exit-codes", "3", "--shutdown-timeout", "1", *args]  # fmt: skip
+    with _started(argv, tmp_path, TOKEN) as sup:
+        yield sup
+
+
+@contextmanager
+def server_processes(kind: str, count: int) -> Iterator[Started]:
+    """``count`` servers of ``kind`` ("beanstalkd" or "bundled"), each its own process (a
+    test may kill one), stopped in finally."""
+    binary = beanstalkd_path() if kind == "beanstalkd" else SERVER
+    assert binary is not None
+    started: Started = []
+    try:
+        for _ in range(count):
+            process = start_server_process(lambda p: [binary, "-l", "127.0.0.1", "-p", str(p)])
+            started.append((process, BeanstalkServer(kind, "127.0.0.1", process.port)))
+        yield started
+    finally:
+        for process, server in started:
+            server.close_clients()
+            process.stop(timeout=5)
 
 
 @contextmanager

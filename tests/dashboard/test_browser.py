@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.supervised import TOKEN, Supervised, supervised, supervised_pools
+from tests.dashboard.supervised import (
+    TOKEN,
+    Supervised,
+    server_processes,
+    supervised,
+    supervised_pools,
+    supervised_servers,
+)
 from tests.dashboard.test_pools_board import POOLS
 from tests.helpers import BeanstalkServer, wait_until
 
@@ -67,7 +74,7 @@ def test_dashboard_in_chromium(
 
         failing = producer.put(b"fail")
         _wait_text(page, "#finished tbody tr.failed", "no such user")
-        tail = _cell(page, "finished", failing, 7)
+        tail = _cell(page, "finished", failing, 8)  # after the server column (hidden: one)
         assert '<script>document.title="pwned"</script>' in tail  # shown as text
         assert "\\x1b[31mred" in tail  # the escape shown, not sent to the renderer
         assert page.title() == "cmdstalk"  # neither the <script> nor the onerror ran
@@ -93,6 +100,19 @@ def test_each_pool_and_limit_on_the_page(
     assert cells["alpha"][0] == "plain" and cells["alpha"][1].endswith("/ 120s TTR")
     assert cells["beta"][0] == "bounded" and cells["beta"][1].endswith("/ 90s max runtime")
     assert cells["delta"][0] == "endless" and cells["delta"][1].endswith("(no limit)")
+
+
+def test_a_second_servers_row_on_the_page(tmp_path: Path, page: Any) -> None:
+    with server_processes("beanstalkd", 2) as started:
+        servers = [server for _, server in started]
+        with supervised_servers(servers, tmp_path) as sup:
+            page.goto(sup.url)
+            for server in servers:
+                row = f"#tubes tbody tr[data-server='{server.address}'][data-tube='work']"
+                page.locator(row).wait_for(timeout=30_000)
+                assert page.locator(f"{row} td.server").text_content() == server.address
+            assert page.locator("#tubes th.server").is_visible()  # shown: two to tell apart
+            page.screenshot(path=str(tmp_path / "servers.png"), full_page=True)
 
 
 def _refused_then_done(page: Any, sup: Supervised, job_id: int) -> None:

@@ -53,6 +53,7 @@ def finished_json(r: JobResult) -> dict[str, Any]:
     tail = r.stderr_tail.rstrip("\n").split("\n")[-TAIL_LINES:] if r.stderr_tail else []
     return {
         "tube": r.tube,
+        "server": r.server or None,  # what a kick or delete of this job must name
         "slot": r.slot,
         "job_id": r.job_id,
         "outcome": r.outcome.value,

@@ -3,7 +3,8 @@
 Routes: ``GET /`` the page, ``/static/…`` its script and style (from the package),
 ``/api/state`` everything the page shows, ``/api/running``, ``/api/finished``,
 ``/api/tubes``, ``/api/connections`` its parts, ``/metrics`` (with prometheus-client);
-``POST /api/actions/{kick,delete,pause,drain}`` with ``X-Cmdstalk-Token``.
+``POST /api/actions/{kick,delete,pause,drain}`` with ``X-Cmdstalk-Token``; kick, delete
+and pause take ``server`` (``host:port``, one the supervisor serves; optional with one).
 
 What a page shows comes from jobs, which are attacker-controlled: the page builds every
 element with ``textContent`` and the Content-Security-Policy allows no inline script and
@@ -21,14 +22,14 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
 from cmdstalk_py.ops.dashboard.actions import ActionError, Actions
 from cmdstalk_py.ops.dashboard.board import Board
-from cmdstalk_py.ops.dashboard.queues import QueueView
+from cmdstalk_py.ops.dashboard.queues import Queues
 from cmdstalk_py.ops.metrics import parse_hostport
 from cmdstalk_py.ops.observers import Observer
 
@@ -63,7 +64,7 @@ class Dashboard(Observer):
         self,
         listen: str,
         board: Board,
-        queues: QueueView,
+        queues: Queues,
         actions: Actions,
         token: str | None,
         connections: Callable[[], list[dict[str, Any]]],
@@ -90,11 +91,13 @@ class Dashboard(Observer):
 
     def state(self) -> dict[str, Any]:
         """Everything the page shows (``/api/state``)."""
+        servers = self.queues.servers
         return {
             "supervisor": {
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
-                "server": self.queues.address,
+                "server": servers[0] if servers else None,
+                "servers": servers,
                 "state": "draining" if self.actions.drained else self.board.state,
                 "actions": self.token is not None,
             },
@@ -111,20 +114,24 @@ class Dashboard(Observer):
         for c in self.connections():
             count, last = reconnects.get(c["where"], (0, None))
             states.append({**c, "reconnects": count, "last_reconnect": last})
-        queue = self.queues.snapshot()
-        states.append({"where": "dashboard", "connected": queue["up"], "error": queue["error"],
-                       "reconnects": None, "last_reconnect": None})  # fmt: skip
+        for queue in self.queues.snapshot()["servers"]:
+            states.append({"where": "dashboard", "server": queue["server"],
+                           "connected": queue["up"], "error": queue["error"],
+                           "reconnects": None, "last_reconnect": None})  # fmt: skip
         return states
 
     def act(self, name: str, body: dict[str, Any]) -> str:
         """Carry out action ``name``; ``ActionError`` when refused or failed."""
         try:
+            server = body.get("server")
+            if server is not None and not isinstance(server, str):
+                raise ValueError("server must be a string, host:port")
             if name == "kick":
-                return self.actions.kick(int(body["job_id"]))
+                return self.actions.kick(int(body["job_id"]), server)
             if name == "delete":
-                return self.actions.delete(int(body["job_id"]))
+                return self.actions.delete(int(body["job_id"]), server)
             if name == "pause":
-                return self.actions.pause(str(body["tube"]), int(body["seconds"]))
+                return self.actions.pause(str(body["tube"]), int(body["seconds"]), server)
         except (KeyError, TypeError, ValueError) as e:
             raise ActionError(400, f"bad request: {e}") from None
         except OSError as e:
@@ -144,17 +151,18 @@ class Dashboard(Observer):
 def start_dashboard(
     listen: str,
     board: Board,
-    address: str,
+    servers: Callable[[], Sequence[str]],
     tubes: Callable[[], list[str]],
     drain: Callable[[], None],
     token: str | None,
     connections: Callable[[], list[dict[str, Any]]],
     metrics: Callable[[], tuple[bytes, str]] | None = None,
 ) -> Dashboard:
-    """A dashboard on ``listen`` for the supervisor of ``tubes()`` on ``address``.
-    ValueError for a malformed ``listen``, OSError when it cannot be bound."""
-    queues = QueueView(address, tubes)
-    return Dashboard(listen, board, queues, Actions(address, tubes, drain), token,
+    """A dashboard on ``listen`` for the supervisor of ``tubes()`` on ``servers()``
+    (``host:port`` each, the first one first; asked again at each look, as a reload may
+    change them). ValueError for a malformed ``listen``, OSError when it cannot be bound."""
+    queues = Queues(servers, tubes)
+    return Dashboard(listen, board, queues, Actions(servers, tubes, drain), token,
                      connections, metrics)  # fmt: skip
 
 

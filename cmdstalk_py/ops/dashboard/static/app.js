@@ -82,10 +82,18 @@ function actionButton(label, action, body) {
   return button;
 }
 
-function renderTubes(queue) {
+// Each server's reachability on its own: one server down leaves the others' rows.
+function renderQueueState(queue) {
+  const servers = queue.servers ?? [{server: "", up: queue.up, error: queue.error}];
+  const down = servers.filter((s) => s.up === false);
   const state = document.getElementById("queue-state");
-  state.textContent = queue.up === false ? "server unreachable: " + queue.error : "";
-  state.className = queue.up === false ? "down" : "muted";
+  state.textContent = down.map((s) => (servers.length > 1 ? s.server + ": " : "") +
+    "server unreachable: " + s.error).join("; ");
+  state.className = down.length ? "down" : "muted";
+}
+
+function renderTubes(queue) {
+  renderQueueState(queue);
   fill("tubes", queue.tubes.map((t) => {
     const pause = el("td", null, "action");
     const seconds = el("input");
@@ -94,13 +102,16 @@ function renderTubes(queue) {
     const button = el("button", "pause");
     button.type = "button";
     button.addEventListener("click", () =>
-      act("pause", {tube: t.tube, seconds: Number(seconds.value)}));
+      act("pause", {tube: t.tube, seconds: Number(seconds.value), server: t.server}));
     pause.appendChild(button);
     const rate = (v) => (v === null ? "-" : v.toFixed(2));
-    return row([t.tube, td(t.ready, "num"), td(t.reserved, "num"), td(t.delayed, "num"),
-      td(t.buried, "num"), td(t.urgent, "num"), td(t.waiting, "num"),
+    const tr = row([td(t.server, "server"), t.tube, td(t.ready, "num"), td(t.reserved, "num"),
+      td(t.delayed, "num"), td(t.buried, "num"), td(t.urgent, "num"), td(t.waiting, "num"),
       td(t.paused ? t.paused + "s" : "", "num"), td(rate(t.puts_per_s), "num"),
       td(rate(t.deletes_per_s), "num"), pause]);
+    tr.dataset.server = String(t.server);
+    tr.dataset.tube = String(t.tube);
+    return tr;
   }));
 }
 
@@ -109,11 +120,14 @@ function renderFinished(finished) {
     const how = f.exit_code !== null ? f.exit_code : (f.signal || "");
     const acts = el("td", null, "action");
     if (f.outcome.endsWith("buried")) {
-      acts.appendChild(actionButton("kick", "kick", {job_id: f.job_id}));
-      acts.appendChild(actionButton("delete", "delete", {job_id: f.job_id}));
+      // A job id means nothing without its server: the action names the job's own.
+      const job = {job_id: f.job_id, server: f.server};
+      acts.appendChild(actionButton("kick", "kick", job));
+      acts.appendChild(actionButton("delete", "delete", job));
     }
     const tail = f.error ? [...f.stderr_tail, "error: " + f.error] : f.stderr_tail;
-    const tr = row([f.outcome, f.tube, td(f.slot, "num"), td(f.job_id, "num"), td(how, "num"),
+    const tr = row([f.outcome, f.tube, td(f.server, "server"), td(f.slot, "num"),
+      td(f.job_id, "num"), td(how, "num"),
       td(f.duration_ms.toFixed(0) + " ms", "num"), when(f.ended_at), td(lines(tail)), acts]);
     if (f.failed) tr.className = "failed";
     tr.dataset.job = String(f.job_id);
@@ -124,14 +138,18 @@ function renderFinished(finished) {
 function renderConnections(connections) {
   fill("connections", connections.map((c) => {
     const state = c.connected === null ? "not asked yet" : c.connected ? "connected" : "down";
-    return row([c.where, td(state + (c.error ? ": " + c.error : ""), c.connected === false ?
+    return row([c.where, td(c.server, "server"), td(state + (c.error ? ": " + c.error : ""), c.connected === false ?
       "down" : ""), td(c.reconnects ?? "", "num"), when(c.last_reconnect)]);
   }));
 }
 
 function render(state) {
   const s = state.supervisor;
-  document.getElementById("who").textContent = s.hostname + " pid " + s.pid + " on " + s.server;
+  const servers = s.servers ?? [s.server];
+  document.getElementById("who").textContent =
+    s.hostname + " pid " + s.pid + " on " + servers.join(", ");
+  // The server columns only where there is more than one server to tell apart.
+  document.body.classList.toggle("servers", servers.length > 1);
   const badge = document.getElementById("state");
   badge.textContent = s.state;
   badge.className = "badge " + s.state;

@@ -29,6 +29,7 @@ class JobStart:
     # "max_runtime"; None for --keep-alive without --max-runtime (nothing bounds it).
     limit: float | None
     limit_kind: str | None
+    server: str | None = None  # host:port the job came from
 
 
 @dataclass(frozen=True, slots=True)

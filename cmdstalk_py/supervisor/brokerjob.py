@@ -198,7 +198,7 @@ class JobRunner:
         self._observer.job_started(
             JobStart(
                 self.config.pool, self.tube, self.slot, stats["tube"], job_id, pid,
-                stats["ttr"], time.time(), limit, kind,
+                stats["ttr"], time.time(), limit, kind, self.connection.address,
             )
         )  # fmt: skip
 

@@ -56,3 +56,13 @@ def test_observers_tell_who_listens_for_output() -> None:
     assert not Observers([Observer()]).listens("job_output")
     assert Observers([Observer(), Board()]).listens("job_output")
     assert Board().listens("job_output") and not Observer().listens("job_output")
+
+
+def test_a_running_job_names_its_server() -> None:
+    board = Board(clock=lambda: 100.0)
+    board.job_started(
+        JobStart("mail", "work", 3, "work", 7, 4242, 60, 99.0, 60.0, "ttr", "10.0.0.2:11300")
+    )
+    assert [(j["job_id"], j["server"], j["slot"]) for j in board.running()] == [
+        (7, "10.0.0.2:11300", 3)
+    ]

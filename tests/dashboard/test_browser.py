@@ -66,9 +66,9 @@ def test_dashboard_in_chromium(
     with supervised(real_beanstalkd, tmp_path) as sup:
         slow = producer.put(b"slow", ttr=120)
         page.goto(sup.url)
-        first = _cell(page, "running", slow, 5)
+        first = _cell(page, "running", slow, 6)
         assert first.endswith("/ 120s TTR")
-        wait_until(lambda: _cell(page, "running", slow, 5) != first, timeout=30,
+        wait_until(lambda: _cell(page, "running", slow, 6) != first, timeout=30,
                    message="the elapsed time to advance on the page")  # fmt: skip
         _wait_text(page, f"#running tbody tr[data-job='{slow}'] pre", "tick")
 
@@ -95,7 +95,7 @@ def test_each_pool_and_limit_on_the_page(
             client.use(tube)
             ids[tube] = client.put(b"slow", ttr=120)
         page.goto(sup.url)
-        cells = {t: (_cell(page, "running", i, 0), _cell(page, "running", i, 5))
+        cells = {t: (_cell(page, "running", i, 0), _cell(page, "running", i, 6))
                  for t, i in ids.items()}  # fmt: skip
     assert cells["alpha"][0] == "plain" and cells["alpha"][1].endswith("/ 120s TTR")
     assert cells["beta"][0] == "bounded" and cells["beta"][1].endswith("/ 90s max runtime")

@@ -34,6 +34,7 @@ class Running:
         s = self.start
         return {
             "pool": s.pool,
+            "server": s.server,
             "tube": s.tube,
             "slot": s.slot,
             "job_id": s.job_id,

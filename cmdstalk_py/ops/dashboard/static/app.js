@@ -68,8 +68,8 @@ function elapsedCell(job) {
 function renderRunning(running) {
   document.getElementById("running-count").textContent = "(" + running.length + ")";
   fill("running", running.map((j) => {
-    const tr = row([j.pool ?? "-", j.tube, td(j.slot, "num"), td(j.job_id, "num"),
-      td(j.pid, "num"), elapsedCell(j), td(lines(j.output.slice(-5)))]);
+    const tr = row([j.pool ?? "-", td(j.server, "server"), j.tube, td(j.slot, "num"),
+      td(j.job_id, "num"), td(j.pid, "num"), elapsedCell(j), td(lines(j.output.slice(-5)))]);
     tr.dataset.job = String(j.job_id);
     return tr;
   }));

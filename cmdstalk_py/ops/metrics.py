@@ -162,10 +162,22 @@ class QueueStatsPoller:
         if self._thread.is_alive():
             self._thread.join(timeout=2 * STATS_TIMEOUT)
 
+    def forget(self) -> None:
+        """The server is no longer served (a reload dropped it): stop, remove its series."""
+        self.close()
+        self._disconnect()
+        for tube in self._shown:
+            self._remove(tube)
+        self._shown = set()
+        with contextlib.suppress(KeyError):
+            self._up.remove(self._server)
+
 
 class MetricsExporter(Observer):
     """The Observer ``start_metrics`` returns; ``address`` is where it actually listens,
-    ``servers`` (one HOST:PORT or several) those whose queues it shows.
+    ``servers`` (one HOST:PORT, several, or a function returning them as configured now)
+    those whose queues it shows: a server a reload adds gets its queue gauges, one it
+    drops loses them (checked at each heartbeat and each on-demand render).
 
     With ``listen`` None it serves nothing itself: ``render()`` gives the page to another
     server (the dashboard's ``/metrics``). With ``interval`` 0 no thread polls the queue
@@ -175,7 +187,7 @@ class MetricsExporter(Observer):
     def __init__(
         self,
         listen: str | None,
-        servers: str | Sequence[str],
+        servers: str | Sequence[str] | Callable[[], Sequence[str]],
         tubes: Callable[[], list[str]],
         interval: float,
     ):
@@ -227,11 +239,14 @@ class MetricsExporter(Observer):
         )  # fmt: skip
         self._lock = threading.Lock()
         self._busy: dict[tuple[str, int], bool] = {}
-        gauges = _queue_gauges(r)
-        self._pollers = [
-            QueueStatsPoller(server, tubes, interval, *gauges)
-            for server in ([servers] if isinstance(servers, str) else dict.fromkeys(servers))
-        ]
+        self._gauges = _queue_gauges(r)
+        self._tubes, self._interval = tubes, interval
+        if callable(servers):
+            self._served: Callable[[], Sequence[str]] = servers
+        else:
+            fixed = [servers] if isinstance(servers, str) else list(servers)
+            self._served = lambda: fixed
+        self._pollers: dict[str, QueueStatsPoller] = {}
         self._server: Any = None
         self.address: tuple[str, int] = ("", 0)
         if listen is not None:
@@ -241,9 +256,26 @@ class MetricsExporter(Observer):
             self.address = (str(bound[0]), int(bound[1]))
         self._on_demand = interval <= 0
         self._render_lock = threading.Lock()
-        if not self._on_demand:
-            for poller in self._pollers:
-                poller.start()
+        self._closed = False
+        self._follow_servers()
+
+    def _follow_servers(self) -> None:
+        """Pollers for exactly the servers served now (a reload may add or drop some)."""
+        with self._lock:
+            if self._closed:
+                return
+            wanted = dict.fromkeys(self._served())
+            for server in wanted.keys() - self._pollers.keys():
+                poller = QueueStatsPoller(server, self._tubes, self._interval, *self._gauges)
+                self._pollers[server] = poller
+                if not self._on_demand:
+                    poller.start()
+            gone = [self._pollers.pop(server) for server in self._pollers.keys() - wanted]
+        for poller in gone:
+            poller.forget()
+
+    def heartbeat(self) -> None:
+        self._follow_servers()
 
     @property
     def port(self) -> int:
@@ -253,7 +285,10 @@ class MetricsExporter(Observer):
     def refresh_queue_stats(self) -> bool:
         """Refresh the queue-side gauges now (the background threads also do, every
         interval); False if a server's refresh failed."""
-        return all([poller.refresh() for poller in self._pollers])
+        self._follow_servers()
+        with self._lock:
+            pollers = list(self._pollers.values())
+        return all([poller.refresh() for poller in pollers])
 
     def render(self) -> tuple[bytes, str]:
         """The metrics page and its content type."""
@@ -302,7 +337,10 @@ class MetricsExporter(Observer):
 
     def close(self) -> None:
         """Stop the HTTP server and the queue-stats threads."""
-        for poller in self._pollers:
+        with self._lock:
+            self._closed = True
+            pollers = list(self._pollers.values())
+        for poller in pollers:
             poller.close()
         if self._server is not None:
             self._server.shutdown()
@@ -336,7 +374,7 @@ def _queue_gauges(r: Any) -> tuple[Any, Any, Any, Any]:
 
 def start_metrics(
     listen: str,
-    servers: str | Sequence[str],
+    servers: str | Sequence[str] | Callable[[], Sequence[str]],
     tubes: Callable[[], list[str]],
     interval: float = 5.0,
 ) -> MetricsExporter:

@@ -87,19 +87,25 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             reap_orphans=reap,
         )  # fmt: skip
         exporter = None
-        # Queue gauges of every server of every pool (label ``server``).
-        servers = [format_address(h, p) for pool in pools for h, p in pool.addresses]
+
+        def served() -> list[str]:
+            # Every server of every pool as configured now (a reload may change them), the
+            # first pool's first server first: the metrics' queue gauges (label ``server``)
+            # and the dashboard follow it.
+            configs = supervisor.dispatcher.configs
+            return [format_address(h, p) for pool in configs for h, p in pool.addresses]
+
         if extras.metrics is not None:
             from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client
 
             try:
                 tubes = supervisor.dispatcher.tubes
-                exporter = start_metrics(extras.metrics, servers, tubes)
+                exporter = start_metrics(extras.metrics, served, tubes)
             except (ValueError, OSError) as e:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
             observers.add(exporter)
         if extras.http is not None:
-            _start_dashboard(servers, extras, supervisor, observers, exporter)
+            _start_dashboard(served, extras, supervisor, observers, exporter)
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit. Outside systemd it would only count jobs for nobody.
         notifier = SystemdNotifier()
@@ -118,7 +124,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
 
 
 def _start_dashboard(
-    servers: list[str],
+    served: Callable[[], list[str]],
     extras: Extras,
     supervisor: Supervisor,
     observers: Observers,
@@ -134,7 +140,7 @@ def _start_dashboard(
         from cmdstalk_py.ops.metrics import MetricsExporter
 
         # No --metrics: queue gauges refreshed only when /metrics is scraped.
-        exporter = MetricsExporter(None, servers, supervisor.dispatcher.tubes, 0)
+        exporter = MetricsExporter(None, served, supervisor.dispatcher.tubes, 0)
         observers.add(exporter)
     board = Board()
     observers.add(board)
@@ -143,12 +149,6 @@ def _start_dashboard(
         return [{"where": b.where, "server": b.connection.address,
                  "connected": b.connection.connected.is_set(), "error": None}
                 for b in supervisor.dispatcher.brokers()]  # fmt: skip
-
-    def served() -> list[str]:
-        # Every server of every pool as configured now (a reload may change them), the
-        # first pool's first server first.
-        pools = supervisor.dispatcher.configs
-        return [format_address(h, p) for pool in pools for h, p in pool.addresses]
 
     try:
         dashboard = start_dashboard(

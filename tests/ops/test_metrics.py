@@ -235,3 +235,44 @@ def test_pool_tube_and_server_metrics(exporter: MetricsExporter) -> None:
     assert value(s, "cmdstalk_tube_held", pool="img", tube="thumbs", reason="limit") == 1
     assert value(s, "cmdstalk_tube_held", pool="img", tube="thumbs", reason="rate") == 0
     assert value(s, "cmdstalk_tube_held", pool="img", tube="resize", reason="rate") == 0
+
+
+def _rendered(exp: MetricsExporter) -> Samples:
+    text = exp.render()[0].decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in parser.text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def test_queue_gauges_follow_the_servers_served_now(beanstalk: BeanstalkServer) -> None:
+    """A reload may add or drop servers: the exporter follows the function it was given, at
+    each heartbeat (background polling) and each on-demand render."""
+    beanstalk.client(use="work").put(b"x")
+    live = f"127.0.0.1:{beanstalk.port}"
+    dead = f"127.0.0.1:{free_port()}"
+    served = [live]
+    on_demand = MetricsExporter(None, lambda: served, lambda: ["work"], 0)
+    polling = start_metrics("127.0.0.1:0", lambda: served, lambda: ["work"], 0.05)
+    try:
+        up = "cmdstalk_queue_stats_up"
+        samples = _rendered(on_demand)
+        assert value(samples, up, server=live) == 1.0 and value(samples, up, server=dead) is None
+        served.append(dead)  # a reload added a server (down, here)
+        samples = _rendered(on_demand)
+        assert (value(samples, up, server=live), value(samples, up, server=dead)) == (1.0, 0.0)
+        ready = "cmdstalk_tube_jobs"
+        assert value(samples, ready, server=live, tube="work", state="ready") == 1.0
+        polling.heartbeat()
+        wait_until(lambda: value(scrape(polling.port), up, server=dead) == 0.0, 10)
+        served.remove(live)  # and dropped the first: its series go
+        samples = _rendered(on_demand)
+        assert value(samples, up, server=live) is None
+        assert value(samples, ready, server=live, tube="work", state="ready") is None
+        polling.heartbeat()
+        gone = scrape(polling.port)
+        assert value(gone, up, server=live) is None and value(gone, up, server=dead) == 0.0
+    finally:
+        on_demand.close()
+        polling.close()

@@ -103,20 +103,10 @@ def test_a_failed_touch_kills_the_command_at_once(tmp_path: Path) -> None:
     server = start_server_process(lambda p: [binary, "-l", "127.0.0.1", "-p", str(p)])
     try:
         bs = BeanstalkServer("beanstalkd", "127.0.0.1", server.port)
-        # TTR 8: killed 5 s after the last touch; touched every 2.5 s.
-        bs.client(use="doomed").put(b"", ttr=8)
-        started = tmp_path / "started"
-        config = config_for(bs, f"touch {started}; exec sleep 60", keep_alive=True)
-        broker = Broker(config, "doomed", 0)
-        results: list[JobResult | None] = []
-        thread = threading.Thread(target=lambda: results.append(broker.run_once()), daemon=True)
-        thread.start()
-        wait_until(started.exists, 10, message="the command running")
+        broker, thread, results = _keep_alive_job(bs, "doomed", tmp_path)
         bs.close_clients()
         server.stop(signal.SIGKILL)
-        thread.join(15)
-        assert not thread.is_alive() and results and results[0] is not None
-        result = results[0]
+        result = _ended(thread, results, 15)
         assert (result.outcome, result.killed) == (Outcome.LOST, Reason.TTR)
         # Killed at the first touch that failed (2.5 s), not at the deadline (5 s).
         assert result.duration_ms < 4500
@@ -141,27 +131,39 @@ def test_a_silent_server_does_not_hold_the_kill(kind: str, tmp_path: Path) -> No
         )
     try:
         bs = BeanstalkServer(kind, "127.0.0.1", server.port)
-        # TTR 8: touched at 2.5 s, killed 5 s after the reservation without a touch.
-        bs.client(use="mute").put(b"", ttr=8)
-        started = tmp_path / "started"
-        config = config_for(bs, f"touch {started}; exec sleep 60", keep_alive=True)
-        assert config.io_timeout >= 30  # what the touch would wait without a bound
-        broker = Broker(config, "mute", 0)
-        results: list[JobResult | None] = []
-        thread = threading.Thread(target=lambda: results.append(broker.run_once()), daemon=True)
-        thread.start()
-        wait_until(started.exists, 10, message="the command running")
+        broker, thread, results = _keep_alive_job(bs, "mute", tmp_path)
+        assert broker.config.io_timeout >= 30  # what the touch would wait without a bound
         bs.close_clients()
         server.proc.send_signal(signal.SIGSTOP)
         try:
-            thread.join(20)
+            result = _ended(thread, results, 20)
         finally:
             server.proc.send_signal(signal.SIGCONT)
-        assert not thread.is_alive() and results and results[0] is not None
-        result = results[0]
         assert (result.outcome, result.killed) == (Outcome.LOST, Reason.TTR)
         # Killed at the kill point (5 s), not after the I/O timeout (30 s past the touch).
         assert 4500 <= result.duration_ms < 8000, result.duration_ms
         broker.close()
     finally:
         server.stop(signal.SIGKILL)
+
+
+def _keep_alive_job(
+    bs: BeanstalkServer, tube: str, tmp_path: Path
+) -> tuple[Broker, threading.Thread, list[JobResult | None]]:
+    """A keep-alive job with TTR 8 (touched at 2.5 s, killed 5 s after the reservation
+    without a touch) running ``sleep 60`` on a broker thread: returned once it runs."""
+    bs.client(use=tube).put(b"", ttr=8)
+    started = tmp_path / "started"
+    config = config_for(bs, f"touch {started}; exec sleep 60", keep_alive=True)
+    broker = Broker(config, tube, 0)
+    results: list[JobResult | None] = []
+    thread = threading.Thread(target=lambda: results.append(broker.run_once()), daemon=True)
+    thread.start()
+    wait_until(started.exists, 10, message="the command running")
+    return broker, thread, results
+
+
+def _ended(thread: threading.Thread, results: list[JobResult | None], timeout: float) -> JobResult:
+    thread.join(timeout)
+    assert not thread.is_alive() and results and results[0] is not None
+    return results[0]

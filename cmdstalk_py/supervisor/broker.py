@@ -18,7 +18,9 @@ job reserved on a closed connection at once, unrun. For the same reason a job's 
 (its log line, ``Observer.job_finished``) waits until the next command has started, when
 the broker only waits for it: Python run right after a process exits is slow (its caches
 are cold). A report never waits longer: a broker whose next job is not there within
-``report_wait`` seconds, or that stops, reports first.
+``report_wait`` seconds, or that stops, reports first. And a command whose kill point is
+near is not made to wait for it (a report may block on a stalled event log): the report
+then follows that command (``brokerjob.REPORT_ROOM``).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cmdstalk_py.client.connection import HealingConnection
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, Buried, NotFound
 from cmdstalk_py.client.pipeline import Client, Job
+from cmdstalk_py.ops.eventlog import WAIT as EVENT_LOG_WAIT
 from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.process import ProcessResult, run_command
 from cmdstalk_py.supervisor.budget import JobBudget
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from greenstalk import StatsJob
 
 log = logging.getLogger("cmdstalk.broker")
+
+#: The last job's report is made while the next command runs only if that command's kill
+#: point is further away than this: a report may block (the event log waits up to
+#: ``EVENT_LOG_WAIT`` for a stalled disk), and the kill must not wait behind it.
+REPORT_ROOM = 2 * EVENT_LOG_WAIT
 
 
 class JobRunner:
@@ -182,7 +188,7 @@ class JobRunner:
                 stop=self._kill,
                 stop_now=self._kill_now,
                 on_kill=self._joblog.kill_reporter(job.id),
-                on_started=self._report_pending,
+                on_started=lambda: self._report_beside(run),
                 on_spawned=lambda pid: self._report_start(job.id, stats, pid),
                 # CMDSTALK_RUN: kills reach processes that left the group and the tree.
                 marker=True,
@@ -191,6 +197,13 @@ class JobRunner:
         finally:
             run.finish()
             self._observer.broker_busy(self.tube, self.slot, False)
+
+    def _report_beside(self, run: JobRun) -> None:
+        """The last job's report, while this job's command runs (``run_command`` calls this
+        once the command has started), unless its kill point is within ``REPORT_ROOM``:
+        the report then comes after the command."""
+        if run.deadline()[0] - time.monotonic() > REPORT_ROOM:
+            self._report_pending()
 
     def _report_start(self, job_id: int, stats: StatsJob, pid: int) -> None:
         """Tell the observers (the dashboard) the command runs, and what bounds it."""

@@ -173,3 +173,64 @@ def test_a_stalled_event_log_stalls_no_broker(beanstalk: BeanstalkServer, tmp_pa
             assert {r["outcome"] for r in records} == {"deleted"}
         finally:
             stop_process(proc, timeout=10)
+
+
+def fill_fifo(path: Path) -> None:
+    """Fill the FIFO's buffer, so the next write to it blocks until it is read.
+
+    Whole lines of 1 KiB: each write is atomic (all or nothing) and the buffer's pages hold
+    a whole number of them, so it ends full and on a line boundary.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                os.write(fd, b"#" * 1023 + b"\n")
+            except BlockingIOError:
+                return
+    finally:
+        os.close(fd)
+
+
+# The first job ends at once; the second (TTR 1) runs until it is killed.
+REPORT_CMD = 'read -r what; [ "$what" = slow ] && exec sleep 30; exit 0'
+
+
+def test_a_stalled_event_log_does_not_delay_a_ttr_kill(
+    beanstalk: BeanstalkServer, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.fifo"
+    with unread_fifo(events) as fifo:
+        fill_fifo(events)
+        proc = start_cmdstalk(
+            "--address", beanstalk.address, "--tubes", "evk", "--per-tube", "1",
+            "--cmd", REPORT_CMD, "--events", str(events),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            client = beanstalk.client(use="evk")
+            client.put(b"quick", ttr=60)
+            slow = client.put(b"slow", ttr=1)
+            # The quick job's report is due while the slow one runs, and it waits for the
+            # stalled event log (up to 1 s). Before: that wait came before the slow
+            # command's first kill check, so the kill (due at 0.5 s) came after the TTR; the
+            # server took the job back (timeouts 1) and the bury failed.
+            wait_until(
+                lambda: client.stats_job(slow)["state"] == "buried", 30, message="slow buried"
+            )
+            assert client.stats_job(slow)["timeouts"] == 0
+            assert client.stats_job(slow)["reserves"] == 1
+            assert int(client.stats()["cmd-delete"]) == 1
+            os.set_blocking(fifo, True)
+            drainer = Drainer(fifo)
+            drainer.start()
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0
+            drainer.join(10)
+            records = [json.loads(x) for x in drainer.text().splitlines() if x[:1] == "{"]
+            assert [(r["job_id"], r["outcome"]) for r in records] == [
+                (slow - 1, "deleted"),
+                (slow, "timeout_buried"),
+            ]
+        finally:
+            stop_process(proc, timeout=10)

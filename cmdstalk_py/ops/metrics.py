@@ -54,7 +54,8 @@ def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int
 
 class QueueStatsPoller:
     """Refreshes one server's queue-side gauges from ``stats-tube`` every ``interval``
-    seconds (the tubes of every pool: one a server lacks has no series there).
+    seconds, for ``tubes(address)``: the tubes of the pools serving that server (one the
+    server lacks has no series there).
 
     Connection errors are logged once per outage and retried at the next tick; the thread
     never dies of them.
@@ -63,7 +64,7 @@ class QueueStatsPoller:
     def __init__(
         self,
         address: str,
-        tubes: Callable[[], list[str]],
+        tubes: Callable[[str], list[str]],
         interval: float,
         jobs: Any,
         urgent: Any,
@@ -113,7 +114,7 @@ class QueueStatsPoller:
         import greenstalk
 
         try:
-            wanted = list(self._tubes())
+            wanted = list(self._tubes(self._server))
         except Exception:
             log.exception("metrics: cannot list watched tubes")
             return False
@@ -188,7 +189,7 @@ class MetricsExporter(Observer):
         self,
         listen: str | None,
         servers: str | Sequence[str] | Callable[[], Sequence[str]],
-        tubes: Callable[[], list[str]],
+        tubes: Callable[[str], list[str]],
         interval: float,
     ):
         import prometheus_client as prom
@@ -375,11 +376,11 @@ def _queue_gauges(r: Any) -> tuple[Any, Any, Any, Any]:
 def start_metrics(
     listen: str,
     servers: str | Sequence[str] | Callable[[], Sequence[str]],
-    tubes: Callable[[], list[str]],
+    tubes: Callable[[str], list[str]],
     interval: float = 5.0,
 ) -> MetricsExporter:
-    """Serve Prometheus metrics on ``listen`` (HOST:PORT); watch ``tubes()`` on each of
-    ``servers`` (HOST:PORT, one or several).
+    """Serve Prometheus metrics on ``listen`` (HOST:PORT); watch ``tubes(server)`` on each
+    of ``servers`` (HOST:PORT, one or several).
 
     Brokers should call ``broker_busy(tube, slot, False)`` when they start, so idle brokers
     are counted before their first job. Raises ValueError for a malformed ``listen`` and

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 
 from cmdstalk_py.client.connection import OutageReporter
+from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.budget import JobBudget
@@ -126,11 +127,13 @@ class Dispatcher:
             self._retiring = [p for p in self._retiring if any(t.is_alive() for t in p.threads())]
             return [*self._pools.values(), *self._retiring]
 
-    def tubes(self) -> list[str]:
-        """The tubes served so far (for metrics)."""
+    def tubes(self, server: str | None = None) -> list[str]:
+        """The tubes served so far, on ``server`` (``host:port`` as ``format_address``
+        writes it) or on any server: what metrics, the dashboard and its actions cover."""
         seen: dict[str, None] = {}
         for pool in self._all_pools():
-            seen.update(dict.fromkeys(pool.tubes()))
+            if server is None or server in _servers(pool.config):
+                seen.update(dict.fromkeys(pool.tubes()))
         return list(seen)
 
     def brokers(self) -> list[Broker]:
@@ -156,3 +159,7 @@ class Dispatcher:
         for pool in self._all_pools():
             for thread in pool.threads():
                 thread.join(timeout)
+
+
+def _servers(config: Config) -> list[str]:
+    return [format_address(host, port) for host, port in config.addresses]

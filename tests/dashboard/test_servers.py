@@ -201,3 +201,30 @@ def test_a_reload_that_adds_a_server_shows_it_and_lets_it_be_acted_on(
         wait_until(lambda: set(_rows(sup)) == {(a, "work")}, timeout=30,
                    message="the dropped server's row gone")  # fmt: skip
         assert post(pause, {"tube": "work", "seconds": 0, "server": b}, TOKEN)[0] == 403
+
+
+def test_each_server_shows_and_acts_on_the_tubes_served_there(
+    two: Started, tmp_path: Path
+) -> None:
+    (_, first), (_, second) = two
+    a, b = first.address, second.address
+    # Both tubes exist on both servers (a delayed job each where this supervisor does not
+    # serve them), so only the pools can tell which server shows and acts on which.
+    strays = {}
+    for server, tube in ((first, "other"), (second, "work")):
+        strays[server.address] = server.client(use=tube).put(b"stray", delay=3600)
+    pools = f'[pools.one]\ntubes = ["work"]\n[pools.two]\naddress = "{b}"\ntubes = ["other"]\n'
+    with supervised_pools(first, tmp_path, pools) as sup:
+        # Before: every server showed every pool's tubes.
+        wait_until(lambda: set(_rows(sup)) == {(a, "work"), (b, "other")}, timeout=30,
+                   message="each server's own tube")  # fmt: skip
+        kick, pause = sup.url + "api/actions/kick", sup.url + "api/actions/pause"
+        status, reply = post(kick, {"job_id": strays[a], "server": a}, TOKEN)
+        assert status == 403 and "other" in reply["error"] and a in reply["error"]
+        assert post(pause, {"tube": "other", "seconds": 30, "server": a}, TOKEN)[0] == 403
+        assert post(pause, {"tube": "work", "seconds": 30, "server": b}, TOKEN)[0] == 403
+        assert first.client().stats_job(strays[a])["state"] == "delayed"  # untouched
+        assert first.client().stats_tube("other")["pause"] == 0
+        assert second.client().stats_tube("work")["pause"] == 0
+        assert post(pause, {"tube": "other", "seconds": 30, "server": b}, TOKEN)[0] == 200
+        assert second.client().stats_tube("other")["pause"] == 30

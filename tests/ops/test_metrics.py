@@ -45,7 +45,7 @@ def result(outcome: Outcome, exit_code: int | None = 0, signal: int | None = Non
 @pytest.fixture
 def exporter() -> Iterator[MetricsExporter]:
     # Nothing listens on this address: supervisor-side metrics must not depend on it.
-    exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{free_port()}", lambda: ["work"], 30.0)
+    exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{free_port()}", lambda server: ["work"], 30.0)
     try:
         yield exp
     finally:
@@ -92,7 +92,9 @@ def test_observer_calls_move_the_counters(exporter: MetricsExporter) -> None:
 def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
     watched = ["work", "other"]
     at = {"server": beanstalk.address}
-    exp = start_metrics("127.0.0.1:0", beanstalk.address, lambda: list(watched), interval=0.05)
+    exp = start_metrics(
+        "127.0.0.1:0", beanstalk.address, lambda server: list(watched), interval=0.05
+    )
     try:
         producer = beanstalk.client(use="work", watch="work")
         waiter = beanstalk.client(watch="work")
@@ -146,7 +148,7 @@ def test_queue_gauges_follow_stats_tube(beanstalk: BeanstalkServer) -> None:
 def test_survives_a_server_that_is_down_then_up() -> None:
     port = free_port()
     at = {"server": f"127.0.0.1:{port}"}
-    exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{port}", lambda: ["work"], interval=0.05)
+    exp = start_metrics("127.0.0.1:0", f"127.0.0.1:{port}", lambda server: ["work"], interval=0.05)
     try:
         assert not exp.refresh_queue_stats()
         assert value(scrape(exp.port), "cmdstalk_queue_stats_up", **at) == 0
@@ -167,21 +169,26 @@ def test_survives_a_server_that_is_down_then_up() -> None:
 
 
 def test_queue_gauges_of_every_server(beanstalk: BeanstalkServer) -> None:
-    """Pools on several servers: each server's queues, labelled with its address."""
+    """Pools on several servers: each server's queues, labelled with its address, for the
+    tubes served on that server only."""
     with running_beanstalkd() as second:
         servers = [beanstalk.address, second.address]
-        exp = start_metrics("127.0.0.1:0", servers, lambda: ["work"], interval=0.05)
+        served = {beanstalk.address: ["work"], second.address: ["work", "other"]}
+        exp = start_metrics("127.0.0.1:0", servers, served.__getitem__, interval=0.05)
         try:
             beanstalk.client(use="work").put(b"x")
             for _ in range(2):
                 second.client(use="work").put(b"y")
+            for server in (beanstalk, second):  # "other" exists on both, served on one
+                server.client(use="other").put(b"z")
 
             def both() -> bool:
                 s = scrape(exp.port)
                 return [value(s, "cmdstalk_tube_jobs", server=a, tube="work", state="ready")
                         for a in servers] == [1, 2] and all(
                     value(s, "cmdstalk_queue_stats_up", server=a) == 1 for a in servers
-                )  # fmt: skip
+                ) and [value(s, "cmdstalk_tube_jobs", server=a, tube="other", state="ready")
+                       for a in servers] == [None, 1]  # fmt: skip
 
             wait_until(both, timeout=10, message="the ready jobs of both servers")
         finally:
@@ -189,7 +196,7 @@ def test_queue_gauges_of_every_server(beanstalk: BeanstalkServer) -> None:
 
 
 def test_close_stops_the_http_server() -> None:
-    exp = start_metrics("127.0.0.1:0", "127.0.0.1:1", lambda: [], interval=30)
+    exp = start_metrics("127.0.0.1:0", "127.0.0.1:1", lambda server: [], interval=30)
     port = exp.port
     assert scrape(port)
     exp.close()
@@ -198,10 +205,10 @@ def test_close_stops_the_http_server() -> None:
 
 
 def test_busy_port_raises_oserror() -> None:
-    exp = start_metrics("127.0.0.1:0", "127.0.0.1:1", lambda: [], interval=30)
+    exp = start_metrics("127.0.0.1:0", "127.0.0.1:1", lambda server: [], interval=30)
     try:
         with pytest.raises(OSError):
-            start_metrics(f"127.0.0.1:{exp.port}", "127.0.0.1:1", lambda: [])
+            start_metrics(f"127.0.0.1:{exp.port}", "127.0.0.1:1", lambda server: [])
     finally:
         exp.close()
 
@@ -253,8 +260,8 @@ def test_queue_gauges_follow_the_servers_served_now(beanstalk: BeanstalkServer) 
     live = f"127.0.0.1:{beanstalk.port}"
     dead = f"127.0.0.1:{free_port()}"
     served = [live]
-    on_demand = MetricsExporter(None, lambda: served, lambda: ["work"], 0)
-    polling = start_metrics("127.0.0.1:0", lambda: served, lambda: ["work"], 0.05)
+    on_demand = MetricsExporter(None, lambda: served, lambda server: ["work"], 0)
+    polling = start_metrics("127.0.0.1:0", lambda: served, lambda server: ["work"], 0.05)
     try:
         up = "cmdstalk_queue_stats_up"
         samples = _rendered(on_demand)

@@ -3,10 +3,10 @@
 Only on the supervisor's own servers and tubes: kick, delete and pause name their server
 (one the supervisor serves, never an address a client makes up; it may be left out when
 there is only one), since a job id means nothing without its server; a job to kick or
-delete must be in one of the tubes (checked with ``stats-job`` first), a tube to pause must
-be one. Drain asks the supervisor to stop reserving and finish its running jobs, exactly as
-one SIGTERM does, and only once: a second SIGTERM would kill the running commands, which a
-button must not do by a double click.
+delete must be in one of the tubes it serves on that server (checked with ``stats-job``
+first), a tube to pause must be one. Drain asks the supervisor to stop reserving and finish
+its running jobs, exactly as one SIGTERM does, and only once: a second SIGTERM would kill
+the running commands, which a button must not do by a double click.
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ class ActionError(Exception):
 
 class Actions:
     """Kick, delete, pause on one of ``servers()`` (``host:port``, asked at each action: a
-    reload may change them), for its ``tubes()``; drain, called once."""
+    reload may change them), in the tubes the supervisor serves there (``tubes(server)``);
+    drain, called once."""
 
     def __init__(
         self,
         servers: Callable[[], Sequence[str]],
-        tubes: Callable[[], list[str]],
+        tubes: Callable[[str], list[str]],
         drain: Callable[[], None],
     ) -> None:
         self._servers = servers
@@ -84,18 +85,20 @@ class Actions:
             raise ActionError(502, f"cannot reach {target.name}: {e}") from None
         return greenstalk.Client(sock, encoding=None)
 
-    def _own_job(self, client: greenstalk.Client[bytes], job_id: int) -> None:
+    def _own_job(self, client: greenstalk.Client[bytes], target: Target, job_id: int) -> None:
         try:
             tube = client.stats_job(job_id)["tube"]
         except greenstalk.NotFoundError:
             raise ActionError(404, f"job {job_id} not found") from None
-        if tube not in self._tubes():
-            raise ActionError(403, f"job {job_id} is in {tube}, not a tube this supervisor runs")
+        if tube not in self._tubes(target.name):
+            raise ActionError(
+                403, f"job {job_id} is in {tube}, not a tube this supervisor runs{target.on}"
+            )
 
     def kick(self, job_id: int, server: str | None = None) -> str:
         target = self.server(server)
         with self._client(target) as client:
-            self._own_job(client, job_id)
+            self._own_job(client, target, job_id)
             try:
                 client.kick_job(job_id)
             except greenstalk.NotFoundError:
@@ -105,7 +108,7 @@ class Actions:
     def delete(self, job_id: int, server: str | None = None) -> str:
         target = self.server(server)
         with self._client(target) as client:
-            self._own_job(client, job_id)
+            self._own_job(client, target, job_id)
             try:
                 client.delete(job_id)
             except greenstalk.NotFoundError:
@@ -117,11 +120,11 @@ class Actions:
             validate_tube(tube)
         except ValueError as e:
             raise ActionError(400, str(e)) from None
-        if tube not in self._tubes():
-            raise ActionError(403, f"{tube} is not a tube this supervisor runs")
         if not 0 <= seconds <= MAX_U32:
             raise ActionError(400, "seconds out of range")
         target = self.server(server)
+        if tube not in self._tubes(target.name):
+            raise ActionError(403, f"{tube} is not a tube this supervisor runs{target.on}")
         with self._client(target) as client:
             try:
                 client.pause_tube(tube, seconds)

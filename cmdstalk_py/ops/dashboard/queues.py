@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
@@ -108,7 +109,8 @@ class QueueView:
 
 
 class Queues:
-    """A ``QueueView`` per server of ``servers()`` (in its order), merged for ``/api``.
+    """A ``QueueView`` per server of ``servers()`` (in its order), merged for ``/api``; each
+    shows ``tubes(server)``, the tubes of the pools serving that server.
 
     ``servers()`` is asked at each look, so a reload that adds a server shows it and one
     that drops a server closes its view. ``snapshot()`` keeps the shape one server gave
@@ -118,7 +120,9 @@ class Queues:
     ``up`` and ``error``.
     """
 
-    def __init__(self, servers: Callable[[], Sequence[str]], tubes: Callable[[], list[str]]):
+    def __init__(
+        self, servers: Callable[[], Sequence[str]], tubes: Callable[[str], list[str]]
+    ) -> None:
         self._servers = servers
         self._tubes = tubes
         self._lock = threading.Lock()
@@ -136,7 +140,7 @@ class Queues:
             gone = [self._views.pop(name) for name in set(self._views) - set(names)]
             for name in names:
                 if name not in self._views:
-                    self._views[name] = QueueView(name, self._tubes)
+                    self._views[name] = QueueView(name, partial(self._tubes, name))
             views = [self._views[name] for name in names]
         for view in gone:  # outside the lock: it may wait for a sample under way
             view.close()

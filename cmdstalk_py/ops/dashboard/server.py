@@ -152,13 +152,13 @@ def start_dashboard(
     listen: str,
     board: Board,
     servers: Callable[[], Sequence[str]],
-    tubes: Callable[[], list[str]],
+    tubes: Callable[[str], list[str]],
     drain: Callable[[], None],
     token: str | None,
     connections: Callable[[], list[dict[str, Any]]],
     metrics: Callable[[], tuple[bytes, str]] | None = None,
 ) -> Dashboard:
-    """A dashboard on ``listen`` for the supervisor of ``tubes()`` on ``servers()``
+    """A dashboard on ``listen`` for the supervisor of ``tubes(server)`` on ``servers()``
     (``host:port`` each, the first one first; asked again at each look, as a reload may
     change them). ValueError for a malformed ``listen``, OSError when it cannot be bound."""
     queues = Queues(servers, tubes)

@@ -11,7 +11,8 @@ Modules:
 - ``eventlog``: ``EventLog``, the JSON-lines event log (job records schema v2, tube
   held/servable records v3), reopened for logrotate.
 - ``holdsettle``: ``HoldSettler``, which held-back / servable changes of a tube the event
-  log writes (a servable that is held again within a second is not).
+  log writes (a servable that is held again within a second is not), and ``HoldLog``, the
+  log lines of the same changes.
 - ``appendfile``: ``AppendFile``, a file that takes whole lines or nothing, private, that
   follows logrotate (the event log's file).
 - ``sinkqueue``: ``SinkQueue``, a bounded queue drained by one writer thread: how every

@@ -160,7 +160,9 @@ class Observers(Observer):
             self._each("job_output", tube, slot, job_id, stream, line)
 
     def listens(self, hook: str) -> bool:
-        return bool(self._hooks[hook])
+        # Asked of each observer: one that is itself an ``Observers`` implements every hook
+        # but may have nobody behind one.
+        return any(observer.listens(hook) for observer in self._observers)
 
     def reconnected(self, where: str, address: str) -> None:
         self._each("reconnected", where, address)

@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 
-from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.ops.holdsettle import HoldLog
+from cmdstalk_py.ops.observers import Observer, Observers
 from cmdstalk_py.process import reap_orphans
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
@@ -55,8 +56,9 @@ class Supervisor:
     returns the exit status (0).
 
     ``observer`` receives every hook (results, readiness, heartbeats) and is closed at the
-    end. ``on_hup`` runs in the main loop after a SIGHUP (e.g. reopen the event log), then
-    ``reload`` (returns the new pools, raises to keep the running ones).
+    end (beside the supervisor's own, ``holdsettle.HoldLog``). ``on_hup`` runs in the main
+    loop after a SIGHUP (e.g. reopen the event log), then ``reload`` (returns the new
+    pools, raises to keep the running ones).
     ``reap_orphans``: reap, about once a second, adopted orphans of job commands (daemons a
     job left behind) that have exited. Only for a child subreaper or PID 1, and never in a
     process that also waits for children some other way (``subprocess``, as test runners
@@ -74,7 +76,8 @@ class Supervisor:
     ) -> None:
         self.configs = as_pools(config)
         self.config = config = self.configs[0]
-        self.observer = observer or Observer()
+        # Its own observer too: the log lines of tubes held back by a limit or rate.
+        self.observer = Observers([HoldLog(), *([observer] if observer is not None else [])])
         self._on_hup = on_hup
         self._reload = reload
         self._reap_orphans = reap_orphans

@@ -259,12 +259,8 @@ class Pool:
                 return
 
     def _held(self, tube: str, reason: str | None) -> None:
+        # The log line is ``holdsettle.HoldLog``'s, one of the supervisor's observers.
         running, limit, _ = self.gate.state((tube,), time.monotonic())[tube]
-        if reason is None:
-            log.info("pool %s: tube %s servable again", self.name, tube)
-        else:
-            log.info("pool %s: tube %s held back by its %s (%d running)", self.name, tube,
-                     reason, running)  # fmt: skip
         rates = {t: (r, b) for t, r, b in self.config.tube_rates}
         rate, burst = rates.get(tube, (None, None))
         self.observer.tube_held(TubeHold(self.name, tube, reason, running, limit, rate, burst))

@@ -45,3 +45,22 @@ def test_an_observer_hook_set_on_the_instance_counts_too() -> None:
     observers.broker_busy("t", 0, False)
     assert seen == ["ready"]
     assert nested._observers[0].busy == [("t", 0, False)]  # type: ignore[attr-defined]
+
+
+def test_nested_observers_listen_only_for_what_someone_behind_them_implements() -> None:
+    # The supervisor puts its own observer beside the one it is given, often an Observers.
+    inner = Observers([Observer()])
+    outer = Observers([Counting(), inner])
+    assert outer.listens("broker_busy") and not outer.listens("job_output")
+    inner.add(Counting())  # added later, as the CLI adds its dashboard
+    assert not outer.listens("job_output")
+    seen: list[bytes] = []
+
+    class Output(Observer):
+        def job_output(self, tube: str, slot: int, job_id: int, stream: str, line: bytes) -> None:
+            seen.append(line)
+
+    inner.add(Output())
+    assert outer.listens("job_output")
+    outer.job_output("mail", 0, 1, "stdout", b"hi")
+    assert seen == [b"hi"]

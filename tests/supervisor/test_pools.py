@@ -333,6 +333,33 @@ def test_held_back_and_servable_reach_observers_and_the_log(
     assert "pool imaging: tube obs held back by its limit" in caplog.text
 
 
+def test_a_busy_limited_tube_logs_held_once_and_servable_once(
+    beanstalk: BeanstalkServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # At its limit with jobs queued, the tube flips at every job (a slot frees, the next job
+    # takes it). Before: two log lines per job; now settled as the event log's records are.
+    jobs = 12
+    put_in(beanstalk, "busy", jobs)
+    config = config_for(beanstalk, "cat >/dev/null", tubes=("busy",), workers=2,
+                        tube_limits=(("busy", 1),), pool="imaging")  # fmt: skip
+    sup = Supervisor(config)
+    thread = threading.Thread(target=sup.run, kwargs={"install_signals": False}, daemon=True)
+    caplog.set_level(logging.INFO, logger="cmdstalk.dispatcher")
+    thread.start()
+    try:
+        wait_until(lambda: beanstalk.client().stats_tube("busy")["cmd-delete"] == jobs, 30,
+                   message="every job deleted")  # fmt: skip
+        wait_until(lambda: "servable again" in caplog.text, 10, message="servable logged")
+    finally:
+        sup.request_stop()
+        thread.join(10)
+    lines = [r.getMessage() for r in caplog.records if "tube busy" in r.getMessage()]
+    assert lines == [
+        "pool imaging: tube busy held back by its limit (1 running)",
+        "pool imaging: tube busy servable again",
+    ]
+
+
 def test_an_idle_worker_outlives_the_io_timeout_without_a_request(
     beanstalk: BeanstalkServer,
 ) -> None:

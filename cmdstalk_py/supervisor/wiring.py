@@ -81,7 +81,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         reap = set_child_subreaper() or os.getpid() == 1
         # If this process is killed (SIGKILL, OOM killer), the sentinel kills the commands
         # still running, so a restarted supervisor never runs a job beside its old run.
-        start_sentinel(config.kill_grace)
+        start_sentinel(max(pool.kill_grace for pool in pools))  # each pool gets its grace at least
         supervisor = Supervisor(
             pools, observers, on_hup=on_hup, reload=extras.reload,
             reap_orphans=reap,
@@ -111,16 +111,25 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         notifier = SystemdNotifier()
         if notifier.enabled:
             observers.add(notifier)
-        log.info(
-            "cmdstalk %s: %s on %s, %s, cmd %r",
-            __version__,
-            "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes),
-            ",".join(format_address(h, p) for h, p in config.addresses),
-            f"{config.per_tube} per tube" if config.workers is None
-            else f"{config.workers} shared worker(s) per server",
-            config.cmd,
-        )
+        if len(pools) == 1:
+            log.info("cmdstalk %s: %s", __version__, describe(config))
+        else:  # a line per pool: the first alone would pass for the whole configuration
+            log.info("cmdstalk %s: %d pools", __version__, len(pools))
+            for pool in pools:
+                log.info("pool %s: %s", pool.pool, describe(pool))
         return supervisor.run()
+
+
+def describe(config: Config) -> str:
+    """One pool in a line: its tubes, servers, workers and command."""
+    tubes = "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes)
+    servers = ",".join(format_address(h, p) for h, p in config.addresses)
+    workers = (
+        f"{config.per_tube} per tube"
+        if config.workers is None
+        else f"{config.workers} shared worker(s) per server"
+    )
+    return f"{tubes} on {servers}, {workers}, cmd {config.cmd!r}"
 
 
 def _start_dashboard(

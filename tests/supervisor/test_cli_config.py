@@ -145,6 +145,11 @@ def test_pools_from_the_file_run_and_sighup_reloads_them(
         for job_id in a_ids:
             assert (out / f"a-{job_id}").read_text() == f"hi {work}\n"
         assert (out / f"b-{b_id}").read_text() == "b"
+        # The start-up line names every pool, not the first alone.
+        started = (tmp_path / "stderr").read_text()
+        assert ": 2 pools\n" in started
+        assert f"pool a: tubes cfg.a on {server.address}, 2 shared worker(s) per server" in started
+        assert f"pool b: tubes cfg.b on {server.address}, 1 per tube, cmd 'cat > " in started
 
         pools.write_text('[pools.a]\nworkers = -1\n')  # bad: logged, the pools kept
         proc.send_signal(signal.SIGHUP)

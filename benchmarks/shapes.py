@@ -1,0 +1,250 @@
+"""Worker shapes against the raw spawn (issue 18): the ceiling of each way to run jobs.
+
+Issue 18 asks ``cmdstalk --workers 4`` to drain at >= 0.85 x the raw 4-thread spawn of the
+same command. On a machine with few cores the drain is CPU-bound: its rate is set by the
+CPU each job costs every process of the chain (beanstalkd, the command, the worker), so
+the worker's own CPU per job decides the ratio. Whether to redesign the supervisor around
+one poll loop for all workers (instead of a thread per worker) turns on what each shape of
+worker can reach at best, with no supervisor features, against the raw spawn measured in
+the same round. The shapes, each running N jobs at a time (``--workers``):
+
+- ``raw``: N threads each running the command with ``subprocess.run`` in a loop, no queue
+  (drain.py's ``time_raw_parallel``): the reference.
+- ``threads``: N threads, each drain.py's ``loop_worker`` (greenstalk reserve, stats-job,
+  ``run_command``, delete): today's shape, stripped to its minimum.
+- ``poll-loop``: one thread, one epoll, N non-blocking connections to beanstalkd, each a
+  small state machine (reserve, stats-job, spawn, delete); the command started with
+  ``os.posix_spawn`` (stdin on a pipe, new session) and its exit seen on a pidfd in the
+  same epoll (``shapes_loop.py``).
+- ``poll-loop-full``: the same loop carrying the system calls and work the supervisor's
+  features add per job: ``process.spawn`` with stdout, stderr and control pipes read until
+  they hang up, the job's environment (``job_environment``, the run marker, the control
+  fd), the stats-job reply parsed, three short writes where the sentinel's messages go, a
+  check of the process group after the reap and one log line to a file.
+
+The command is drain.py's (``/bin/bash -c 'cat >/dev/null'``, its payload on stdin). Each
+queue shape drains a fresh tube of the real beanstalkd (started here on 127.0.0.1): the
+jobs are put while the tube is paused, the workers start and watch it, and the clock runs
+from the unpause until stats-tube counts every job deleted. Per shape: jobs/s, the ratio
+to the raw rate of the same round, and this process's CPU per job (``time.process_time``
+deltas; every shape runs in this process, raw included). Rounds alternate the order of
+the shapes, so that none always runs after the same one.
+
+Usage: ``python benchmarks/shapes.py [--quick] [--jobs N] [--workers N] [--rounds R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import partial
+
+from drain import (
+    CMD,
+    DRAIN_POLL,
+    SHELL,
+    UNPAUSE_AFTER,
+    EndWatch,
+    Queue,
+    child_env,
+    loop_worker,
+    running,
+    time_raw_parallel,
+)
+from shapes_loop import BareRunner, FullRunner, Loop, Runner, Slot, connect
+
+from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
+
+#: Workers of one shape on a tube, until the block ends; a worker's exception goes to the
+#: list (the drain then stops waiting and raises it).
+Shape = Callable[[BeanstalkServer, str, int, list[BaseException]], AbstractContextManager[None]]
+MakeRunner = Callable[[Loop, str, dict[str, str]], Runner]
+ORDER = ("raw", "threads", "poll-loop", "poll-loop-full")
+DRAIN_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Result:
+    rate: float  # jobs/s
+    cpu: float  # this process's CPU seconds per job
+
+
+@contextmanager
+def thread_workers(
+    server: BeanstalkServer, tube: str, count: int, failures: list[BaseException]
+) -> Iterator[None]:
+    """``threads``: ``count`` threads, each drain.py's ``loop_worker``."""
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            loop_worker(server, tube, stop)
+        except BaseException as exc:
+            failures.append(exc)
+
+    with running([work] * count, stop):
+        yield
+
+
+@contextmanager
+def poll_loop_workers(
+    server: BeanstalkServer,
+    tube: str,
+    count: int,
+    failures: list[BaseException],
+    make_runner: MakeRunner,
+) -> Iterator[None]:
+    """``poll-loop`` and ``poll-loop-full``: one thread, ``count`` connections."""
+    loop = Loop()
+    with ExitStack() as stack:
+        stack.callback(loop.close)
+        socks = [stack.enter_context(connect(server.host, server.port, tube)) for _ in range(count)]
+        runner = make_runner(loop, tube, child_env())
+        stack.callback(runner.close)
+
+        def run() -> None:
+            try:
+                for sock in socks:
+                    Slot(loop, sock, runner)
+                loop.run()
+            except BaseException as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            yield
+        finally:
+            loop.stop()
+            thread.join()
+
+
+SHAPES: dict[str, Shape] = {
+    "threads": thread_workers,
+    "poll-loop": partial(poll_loop_workers, make_runner=BareRunner),
+    "poll-loop-full": partial(poll_loop_workers, make_runner=FullRunner),
+}
+
+
+def wait_drained(queue: Queue, jobs: int, failures: list[BaseException]) -> None:
+    """Return once ``jobs`` jobs of the tube are deleted; raise a worker's failure at once.
+
+    Polls as sparingly as drain.py does (``EndWatch``): each stats-tube costs beanstalkd
+    and this process CPU the measured chain needs.
+    """
+    deadline = time.perf_counter() + DRAIN_TIMEOUT
+    watch = EndWatch(jobs, DRAIN_POLL, None, time.perf_counter(), queue.deleted())
+    while not watch.finished:
+        if failures:
+            raise RuntimeError(f"a worker failed: {failures[0]!r}") from failures[0]
+        if watch.last_at > deadline:
+            raise RuntimeError(f"{queue.tube} not drained: {queue.stats()}")
+        time.sleep(watch.sleep())
+        watch.seen(time.perf_counter(), queue.deleted())
+
+
+def check_drained(queue: Queue, jobs: int) -> None:
+    """Every job deleted, none left ready, reserved, delayed or buried."""
+    stats = queue.stats()
+    left = {
+        "ready": stats["current-jobs-ready"],
+        "reserved": stats["current-jobs-reserved"],
+        "delayed": stats["current-jobs-delayed"],
+        "buried": stats["current-jobs-buried"],
+    }
+    if stats["cmd-delete"] != jobs or any(left.values()):
+        raise RuntimeError(
+            f"{queue.tube}: {stats['cmd-delete']} of {jobs} jobs deleted; left: {left}"
+        )
+
+
+def drain_queue(server: BeanstalkServer, shape: Shape, count: int, jobs: int) -> Result:
+    """``jobs`` put on a paused fresh tube, drained by ``shape`` from the unpause."""
+    queue = Queue(server)
+    failures: list[BaseException] = []
+    try:
+        queue.client.pause_tube(queue.tube, 3600)
+        queue.put(jobs)
+        with shape(server, queue.tube, count, failures):
+            queue.wait_watchers(count)
+            cpu = time.process_time()
+            # pause-tube's delay is whole seconds: "unpause" = a pause ending 1 s from now.
+            queue.client.pause_tube(queue.tube, UNPAUSE_AFTER)
+            started = time.perf_counter() + UNPAUSE_AFTER
+            time.sleep(UNPAUSE_AFTER)  # no polls while nothing can happen
+            wait_drained(queue, jobs, failures)
+            elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu
+        if failures:  # one that came after the last job was counted
+            raise RuntimeError(f"a worker failed: {failures[0]!r}") from failures[0]
+        check_drained(queue, jobs)
+        return Result(jobs / elapsed, cpu / jobs)
+    finally:
+        queue.close()
+
+
+def drain_raw(count: int, jobs: int) -> Result:
+    cpu = time.process_time()
+    seconds = time_raw_parallel(jobs, count)
+    return Result(jobs / seconds, (time.process_time() - cpu) / jobs)
+
+
+def run_round(
+    server: BeanstalkServer, order: tuple[str, ...], count: int, jobs: int
+) -> dict[str, Result]:
+    results: dict[str, Result] = {}
+    for name in order:
+        if name == "raw":
+            results[name] = drain_raw(count, jobs)
+        else:
+            results[name] = drain_queue(server, SHAPES[name], count, jobs)
+    raw = results["raw"].rate
+    for name in ORDER:
+        result = results[name]
+        print(f"  {name:<16} {result.rate:7.1f} jobs/s  {result.rate / raw:5.2f} x raw  "
+              f"CPU {result.cpu * 1e6:5.0f} µs/job", flush=True)  # fmt: skip
+    return results
+
+
+def print_table(rounds: list[dict[str, Result]]) -> None:
+    print(f"\nmedians over {len(rounds)} round(s); x raw: to the raw rate of the same round")
+    print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  {'CPU µs/job':>10}  (x raw per round)")
+    for name in ORDER:
+        ratios = [r[name].rate / r["raw"].rate for r in rounds]
+        rate = statistics.median(r[name].rate for r in rounds)
+        cpu = statistics.median(r[name].cpu for r in rounds)
+        each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+        print(f"  {name:<16} {rate:7.1f}  {statistics.median(ratios):5.2f}  "
+              f"{cpu * 1e6:10.0f}  ({each})")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--workers", type=int, default=4, help="jobs run at a time")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="200 jobs, one round")
+    args = parser.parse_args()
+    jobs, rounds = (200, 1) if args.quick else (args.jobs, args.rounds)
+    if beanstalkd_path() is None:
+        print("shapes benchmark skipped: beanstalkd not found (set BEANSTALKD_PATH)")
+        return
+    print(f"worker shapes: {jobs} jobs, {args.workers} at a time, {SHELL} {CMD!r}, "
+          f"{os.cpu_count()} cpus, {rounds} round(s)")  # fmt: skip
+    results: list[dict[str, Result]] = []
+    with running_beanstalkd("-z", str(1 << 20)) as server:
+        for index in range(rounds):
+            order = ORDER if index % 2 == 0 else ORDER[::-1]
+            print(f"round {index + 1}/{rounds}: {', '.join(order)}", flush=True)
+            results.append(run_round(server, order, args.workers, jobs))
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()

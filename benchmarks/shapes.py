@@ -30,7 +30,12 @@ to the raw rate of the same round, and this process's CPU per job (``time.proces
 deltas; every shape runs in this process, raw included). Rounds alternate the order of
 the shapes, so that none always runs after the same one.
 
-Usage: ``python benchmarks/shapes.py [--quick] [--jobs N] [--workers N] [--rounds R]``
+``--ablate`` adds ``poll-loop-full`` without each of its features in turn (``full -log``:
+all but the log line): its CPU per job against ``poll-loop-full``'s is what that feature
+costs this process per job.
+
+Usage: ``python benchmarks/shapes.py [--quick] [--jobs N] [--workers N] [--rounds R]
+[--ablate]``
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from drain import (
     running,
     time_raw_parallel,
 )
-from shapes_loop import BareRunner, FullRunner, Loop, Runner, Slot, connect
+from shapes_loop import FEATURES, BareRunner, FullRunner, Loop, Runner, Slot, connect
 
 from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
 
@@ -66,6 +71,8 @@ from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
 Shape = Callable[[BeanstalkServer, str, int, list[BaseException]], AbstractContextManager[None]]
 MakeRunner = Callable[[Loop, str, dict[str, str]], Runner]
 ORDER = ("raw", "threads", "poll-loop", "poll-loop-full")
+#: ``--ablate``: ``poll-loop-full`` without each of its features in turn, e.g. ``full -log``.
+ABLATIONS = tuple(f"full -{feature}" for feature in sorted(FEATURES))
 DRAIN_TIMEOUT = 600.0
 
 
@@ -129,6 +136,12 @@ SHAPES: dict[str, Shape] = {
     "threads": thread_workers,
     "poll-loop": partial(poll_loop_workers, make_runner=BareRunner),
     "poll-loop-full": partial(poll_loop_workers, make_runner=FullRunner),
+    **{
+        f"full -{feature}": partial(
+            poll_loop_workers, make_runner=partial(FullRunner, features=FEATURES - {feature})
+        )
+        for feature in FEATURES
+    },
 }
 
 
@@ -196,26 +209,27 @@ def drain_raw(count: int, jobs: int) -> Result:
 
 
 def run_round(
-    server: BeanstalkServer, order: tuple[str, ...], count: int, jobs: int
+    server: BeanstalkServer, names: tuple[str, ...], flip: bool, count: int, jobs: int
 ) -> dict[str, Result]:
+    """Each of ``names`` once, in that order or (``flip``) the reverse; printed in order."""
     results: dict[str, Result] = {}
-    for name in order:
+    for name in names[::-1] if flip else names:
         if name == "raw":
             results[name] = drain_raw(count, jobs)
         else:
             results[name] = drain_queue(server, SHAPES[name], count, jobs)
     raw = results["raw"].rate
-    for name in ORDER:
+    for name in names:
         result = results[name]
         print(f"  {name:<16} {result.rate:7.1f} jobs/s  {result.rate / raw:5.2f} x raw  "
               f"CPU {result.cpu * 1e6:5.0f} µs/job", flush=True)  # fmt: skip
     return results
 
 
-def print_table(rounds: list[dict[str, Result]]) -> None:
+def print_table(names: tuple[str, ...], rounds: list[dict[str, Result]]) -> None:
     print(f"\nmedians over {len(rounds)} round(s); x raw: to the raw rate of the same round")
     print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  {'CPU µs/job':>10}  (x raw per round)")
-    for name in ORDER:
+    for name in names:
         ratios = [r[name].rate / r["raw"].rate for r in rounds]
         rate = statistics.median(r[name].rate for r in rounds)
         cpu = statistics.median(r[name].cpu for r in rounds)
@@ -230,6 +244,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="200 jobs, one round")
+    parser.add_argument(
+        "--ablate", action="store_true",
+        help="also poll-loop-full without each of its features in turn (what each costs)",
+    )  # fmt: skip
     args = parser.parse_args()
     jobs, rounds = (200, 1) if args.quick else (args.jobs, args.rounds)
     if beanstalkd_path() is None:
@@ -237,13 +255,15 @@ def main() -> None:
         return
     print(f"worker shapes: {jobs} jobs, {args.workers} at a time, {SHELL} {CMD!r}, "
           f"{os.cpu_count()} cpus, {rounds} round(s)")  # fmt: skip
+    names = ORDER + ABLATIONS if args.ablate else ORDER
     results: list[dict[str, Result]] = []
     with running_beanstalkd("-z", str(1 << 20)) as server:
         for index in range(rounds):
-            order = ORDER if index % 2 == 0 else ORDER[::-1]
-            print(f"round {index + 1}/{rounds}: {', '.join(order)}", flush=True)
-            results.append(run_round(server, order, args.workers, jobs))
-    print_table(results)
+            flip = index % 2 == 1
+            order = ", ".join(names[::-1] if flip else names)
+            print(f"round {index + 1}/{rounds}: {order}", flush=True)
+            results.append(run_round(server, names, flip, args.workers, jobs))
+    print_table(names, results)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ readiness calls. ``Slot`` is one connection to beanstalkd running one job at a t
 small state machine (``Phase``). What starting and watching the command costs is the
 runner's: ``BareRunner`` (the ``poll-loop`` shape: ``os.posix_spawn``, stdin on a pipe, a
 pidfd) or ``FullRunner`` (``poll-loop-full``: the per-job system calls and work the
-supervisor's features add). Nothing here blocks: ``run_command`` would, so commands are
-spawned and watched here.
+supervisor's features add; ``FEATURES`` names them, and each can be left out). Nothing
+here blocks: ``run_command`` would, so commands are spawned and watched here.
 """
 
 from __future__ import annotations
@@ -244,6 +244,20 @@ def write_payload(fd: int, payload: bytes) -> None:
         os.close(fd)
 
 
+def spawn_bare(argv: list[str], env: dict[str, str]) -> tuple[int, int]:
+    """``argv`` in a new session, stdin on a pipe: its pid and the pipe's write end."""
+    read_end, write_end = os.pipe()
+    try:
+        stdin = [(os.POSIX_SPAWN_DUP2, read_end, 0)]
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=stdin, setsid=True)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return pid, write_end
+
+
 class BareRunner(Children):
     """``poll-loop``: the command alone, stdin on a pipe, in a new session."""
 
@@ -254,33 +268,40 @@ class BareRunner(Children):
         self.env, self.argv = env, list(argv)
 
     def start(self, job_id: int, body: bytes, stats: bytes, done: Done) -> None:
-        read_end, write_end = os.pipe()
-        try:
-            stdin = [(os.POSIX_SPAWN_DUP2, read_end, 0)]
-            pid = os.posix_spawn(self.argv[0], self.argv, self.env, file_actions=stdin, setsid=True)
-        except BaseException:
-            os.close(write_end)
-            raise
-        finally:
-            os.close(read_end)
-        write_payload(write_end, body)
+        pid, stdin = spawn_bare(self.argv, self.env)
+        write_payload(stdin, body)
         self.watch_exit(pid, job_id, done)
+
+
+#: What ``FullRunner`` adds per job; ``shapes.py --ablate`` leaves each out in turn.
+FEATURES = frozenset({"pipes", "env", "stats", "sentinel", "group", "log"})
+#: The stats a job's environment is made of when they are not parsed (``-stats``).
+_FIXED_STATS = cast(
+    "greenstalk.StatsJob",
+    {"pri": 1024, "ttr": 120, "releases": 0, "timeouts": 0, "reserves": 1, "age": 0},
+)
 
 
 class FullRunner(Children):
     """``poll-loop-full``: what the supervisor's features add per job, without the logic.
 
     ``process.spawn`` with stdin, stdout, stderr and control pipes (the last three read
-    until they hang up), the job's environment with the run marker and the control fd,
-    the stats parsed, three short writes where the sentinel's messages go, the process
-    group checked after the reap, and one log line to a file.
+    until they hang up: ``pipes``), the job's environment with the run marker and the
+    control fd (``env``), the stats parsed (``stats``), three short writes where the
+    sentinel's messages go (``sentinel``), the process group checked after the reap
+    (``group``), and one log line to a file (``log``). ``features``: those done.
     """
 
     def __init__(
-        self, loop: Loop, tube: str, env: dict[str, str], argv: Sequence[str] = ARGV
+        self,
+        loop: Loop,
+        tube: str,
+        env: dict[str, str],
+        argv: Sequence[str] = ARGV,
+        features: frozenset[str] = FEATURES,
     ) -> None:
         super().__init__(loop)
-        self.tube, self.base, self.argv = tube, env, list(argv)
+        self.tube, self.base, self.argv, self.features = tube, env, list(argv), features
         self.pipes: set[int] = set()
         self.sentinel = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         self.log_dir = Path(tempfile.mkdtemp(prefix="shapes-"))
@@ -291,30 +312,49 @@ class FullRunner(Children):
         self.log.setLevel(logging.INFO)
         self.log.addHandler(self.handler)
 
-    def start(self, job_id: int, body: bytes, stats: bytes, done: Done) -> None:
-        started = time.monotonic()
-        job_stats = cast("greenstalk.StatsJob", parse_stats(stats))
+    def _environment(self, job_id: int, body: bytes, stats: bytes, token: str) -> dict[str, str]:
+        job_stats = _FIXED_STATS
+        if "stats" in self.features:
+            job_stats = cast("greenstalk.StatsJob", parse_stats(stats))
+        if "env" not in self.features:
+            return self.base
         env = job_environment(self.base, job_id, self.tube, job_stats, body)
-        token = new_token()
         env[MARKER] = token
         env[CONTROL_ENV] = str(CONTROL_FD)
-        os.write(self.sentinel, b"+%s\n" % token.encode())
-        child = spawn(self.argv, env, control=True)
-        os.write(self.sentinel, b"=%s %d\n" % (token.encode(), child.pid))
-        write_payload(child.stdin, body)
-        open_pipes = [child.stdout, child.stderr, child.control]
+        return env
+
+    def _tell(self, line: bytes) -> None:
+        if "sentinel" in self.features:
+            os.write(self.sentinel, line)
+
+    def start(self, job_id: int, body: bytes, stats: bytes, done: Done) -> None:
+        started = time.monotonic()
+        token = new_token()
+        env = self._environment(job_id, body, stats, token)
+        self._tell(b"+%s\n" % token.encode())
+        open_pipes: list[int] = []
+        if "pipes" in self.features:
+            child = spawn(self.argv, env, control=True)
+            pid, stdin = child.pid, child.stdin
+            open_pipes += (child.stdout, child.stderr, child.control)
+        else:
+            pid, stdin = spawn_bare(self.argv, env)
+        self._tell(b"=%s %d\n" % (token.encode(), pid))
+        write_payload(stdin, body)
 
         def over() -> None:
-            if open_pipes or child.pid in self.live:
+            if open_pipes or pid in self.live:
                 return
-            group_exists(child.pid)
-            os.write(self.sentinel, b"-%s\n" % token.encode())
-            self.log.info("job %d done in %.3fs", job_id, time.monotonic() - started)
+            if "group" in self.features:
+                group_exists(pid)
+            self._tell(b"-%s\n" % token.encode())
+            if "log" in self.features:
+                self.log.info("job %d done in %.3fs", job_id, time.monotonic() - started)
             done()
 
         for fd in open_pipes:
             self._read_until_hangup(fd, open_pipes, over)
-        self.watch_exit(child.pid, job_id, over)
+        self.watch_exit(pid, job_id, over)
 
     def _read_until_hangup(self, fd: int, open_pipes: list[int], over: Callable[[], None]) -> None:
         os.set_blocking(fd, False)

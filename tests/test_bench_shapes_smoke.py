@@ -45,6 +45,22 @@ def test_quick_run_names_each_shape_with_a_ratio() -> None:
     assert "raw                " in summary and "1.00" in summary
 
 
+@needs_beanstalkd
+@pytest.mark.slow
+def test_ablation_names_each_feature_left_out() -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "shapes.py"), "--ablate", "--jobs", "20",
+         "--rounds", "1"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = out.stdout.split("medians over 1 round(s)")[1]
+    for feature in ("env", "group", "log", "pipes", "sentinel", "stats"):
+        assert re.search(rf"^  full -{feature} +\d+\.\d +\d+\.\d\d", summary, re.MULTILINE), (
+            out.stdout
+        )
+
+
 def test_replies_are_split_once_whole(bench: ModuleType) -> None:
     split_reply = sys.modules["shapes_loop"].split_reply
     assert split_reply(b"RESERVED 7 3\r\nab", b"RESERVED", 2, True) is None

@@ -26,9 +26,10 @@ The command is drain.py's (``/bin/bash -c 'cat >/dev/null'``, its payload on std
 queue shape drains a fresh tube of the real beanstalkd (started here on 127.0.0.1): the
 jobs are put while the tube is paused, the workers start and watch it, and the clock runs
 from the unpause until stats-tube counts every job deleted. Per shape: jobs/s, the ratio
-to the raw rate of the same round, and this process's CPU per job (``time.process_time``
-deltas; every shape runs in this process, raw included). Rounds alternate the order of
-the shapes, so that none always runs after the same one.
+to the raw rate of the same round, this process's CPU per job (``time.process_time``
+deltas; every shape runs in this process, raw included) and its commands' (reaped here,
+``RUSAGE_CHILDREN``: a richer environment costs the command too). Rounds alternate the
+order of the shapes, so that none always runs after the same one.
 
 ``--ablate`` adds ``poll-loop-full`` without each of its features in turn (``full -log``:
 all but the log line): its CPU per job against ``poll-loop-full``'s is what that feature
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import threading
 import time
@@ -80,6 +82,18 @@ DRAIN_TIMEOUT = 600.0
 class Result:
     rate: float  # jobs/s
     cpu: float  # this process's CPU seconds per job
+    commands: float  # the commands' CPU seconds per job (every shape reaps them here)
+
+
+def cpu_now() -> tuple[float, float]:
+    """CPU seconds so far: this process's, and its reaped children's."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time(), children.ru_utime + children.ru_stime
+
+
+def result(jobs: int, seconds: float, cpu_before: tuple[float, float]) -> Result:
+    own, children = cpu_now()
+    return Result(jobs / seconds, (own - cpu_before[0]) / jobs, (children - cpu_before[1]) / jobs)
 
 
 @contextmanager
@@ -186,26 +200,24 @@ def drain_queue(server: BeanstalkServer, shape: Shape, count: int, jobs: int) ->
         queue.put(jobs)
         with shape(server, queue.tube, count, failures):
             queue.wait_watchers(count)
-            cpu = time.process_time()
+            cpu = cpu_now()
             # pause-tube's delay is whole seconds: "unpause" = a pause ending 1 s from now.
             queue.client.pause_tube(queue.tube, UNPAUSE_AFTER)
             started = time.perf_counter() + UNPAUSE_AFTER
             time.sleep(UNPAUSE_AFTER)  # no polls while nothing can happen
             wait_drained(queue, jobs, failures)
-            elapsed = time.perf_counter() - started
-            cpu = time.process_time() - cpu
+            drained = result(jobs, time.perf_counter() - started, cpu)
         if failures:  # one that came after the last job was counted
             raise RuntimeError(f"a worker failed: {failures[0]!r}") from failures[0]
         check_drained(queue, jobs)
-        return Result(jobs / elapsed, cpu / jobs)
+        return drained
     finally:
         queue.close()
 
 
 def drain_raw(count: int, jobs: int) -> Result:
-    cpu = time.process_time()
-    seconds = time_raw_parallel(jobs, count)
-    return Result(jobs / seconds, (time.process_time() - cpu) / jobs)
+    cpu = cpu_now()
+    return result(jobs, time_raw_parallel(jobs, count), cpu)
 
 
 def run_round(
@@ -220,22 +232,25 @@ def run_round(
             results[name] = drain_queue(server, SHAPES[name], count, jobs)
     raw = results["raw"].rate
     for name in names:
-        result = results[name]
-        print(f"  {name:<16} {result.rate:7.1f} jobs/s  {result.rate / raw:5.2f} x raw  "
-              f"CPU {result.cpu * 1e6:5.0f} µs/job", flush=True)  # fmt: skip
+        done = results[name]
+        print(f"  {name:<16} {done.rate:7.1f} jobs/s  {done.rate / raw:5.2f} x raw  "
+              f"CPU {done.cpu * 1e6:5.0f} µs/job (commands {done.commands * 1e6:5.0f})",
+              flush=True)  # fmt: skip
     return results
 
 
 def print_table(names: tuple[str, ...], rounds: list[dict[str, Result]]) -> None:
     print(f"\nmedians over {len(rounds)} round(s); x raw: to the raw rate of the same round")
-    print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  {'CPU µs/job':>10}  (x raw per round)")
+    print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  {'CPU µs/job':>10}  {'commands':>8}"
+          "  (x raw per round)")  # fmt: skip
     for name in names:
         ratios = [r[name].rate / r["raw"].rate for r in rounds]
         rate = statistics.median(r[name].rate for r in rounds)
         cpu = statistics.median(r[name].cpu for r in rounds)
+        commands = statistics.median(r[name].commands for r in rounds)
         each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
         print(f"  {name:<16} {rate:7.1f}  {statistics.median(ratios):5.2f}  "
-              f"{cpu * 1e6:10.0f}  ({each})")  # fmt: skip
+              f"{cpu * 1e6:10.0f}  {commands * 1e6:8.0f}  ({each})")  # fmt: skip
 
 
 def main() -> None:

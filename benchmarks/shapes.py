@@ -52,6 +52,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 
+import psutil
 from drain import (
     CMD,
     DRAIN_POLL,
@@ -61,6 +62,7 @@ from drain import (
     Queue,
     child_env,
     loop_worker,
+    process_cpu,
     running,
     time_raw_parallel,
 )
@@ -79,21 +81,48 @@ DRAIN_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
+class Cpu:
+    """CPU seconds (so far, or per job) of each part of the chain."""
+
+    own: float  # this process (every shape runs in it, raw included)
+    commands: float  # the commands: every shape reaps them in this process
+    server: float  # beanstalkd
+
+    @property
+    def chain(self) -> float:
+        return self.own + self.commands + self.server
+
+
+class CpuMeter:
+    """Reads ``Cpu`` so far, for the beanstalkd this process started for ``server``."""
+
+    def __init__(self, server: BeanstalkServer) -> None:
+        port = str(server.port)
+        found = [p for p in psutil.Process().children() if port in p.cmdline()]
+        if len(found) != 1:
+            raise RuntimeError(f"not one child process serving port {port}: {found}")
+        self.server_pid = found[0].pid
+
+    def now(self) -> Cpu:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        commands = children.ru_utime + children.ru_stime
+        # Scheduler nanoseconds: beanstalkd's share per job is below a clock tick.
+        return Cpu(time.process_time(), commands, process_cpu(self.server_pid))
+
+
+@dataclass(frozen=True)
 class Result:
     rate: float  # jobs/s
-    cpu: float  # this process's CPU seconds per job
-    commands: float  # the commands' CPU seconds per job (every shape reaps them here)
+    cpu: Cpu  # per job
 
 
-def cpu_now() -> tuple[float, float]:
-    """CPU seconds so far: this process's, and its reaped children's."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time(), children.ru_utime + children.ru_stime
-
-
-def result(jobs: int, seconds: float, cpu_before: tuple[float, float]) -> Result:
-    own, children = cpu_now()
-    return Result(jobs / seconds, (own - cpu_before[0]) / jobs, (children - cpu_before[1]) / jobs)
+def result(jobs: int, seconds: float, before: Cpu, after: Cpu) -> Result:
+    per_job = Cpu(
+        (after.own - before.own) / jobs,
+        (after.commands - before.commands) / jobs,
+        (after.server - before.server) / jobs,
+    )
+    return Result(jobs / seconds, per_job)
 
 
 @contextmanager
@@ -191,7 +220,9 @@ def check_drained(queue: Queue, jobs: int) -> None:
         )
 
 
-def drain_queue(server: BeanstalkServer, shape: Shape, count: int, jobs: int) -> Result:
+def drain_queue(
+    server: BeanstalkServer, meter: CpuMeter, shape: Shape, count: int, jobs: int
+) -> Result:
     """``jobs`` put on a paused fresh tube, drained by ``shape`` from the unpause."""
     queue = Queue(server)
     failures: list[BaseException] = []
@@ -200,13 +231,13 @@ def drain_queue(server: BeanstalkServer, shape: Shape, count: int, jobs: int) ->
         queue.put(jobs)
         with shape(server, queue.tube, count, failures):
             queue.wait_watchers(count)
-            cpu = cpu_now()
+            cpu = meter.now()
             # pause-tube's delay is whole seconds: "unpause" = a pause ending 1 s from now.
             queue.client.pause_tube(queue.tube, UNPAUSE_AFTER)
             started = time.perf_counter() + UNPAUSE_AFTER
             time.sleep(UNPAUSE_AFTER)  # no polls while nothing can happen
             wait_drained(queue, jobs, failures)
-            drained = result(jobs, time.perf_counter() - started, cpu)
+            drained = result(jobs, time.perf_counter() - started, cpu, meter.now())
         if failures:  # one that came after the last job was counted
             raise RuntimeError(f"a worker failed: {failures[0]!r}") from failures[0]
         check_drained(queue, jobs)
@@ -215,42 +246,51 @@ def drain_queue(server: BeanstalkServer, shape: Shape, count: int, jobs: int) ->
         queue.close()
 
 
-def drain_raw(count: int, jobs: int) -> Result:
-    cpu = cpu_now()
-    return result(jobs, time_raw_parallel(jobs, count), cpu)
+def drain_raw(meter: CpuMeter, count: int, jobs: int) -> Result:
+    cpu = meter.now()
+    return result(jobs, time_raw_parallel(jobs, count), cpu, meter.now())
 
 
 def run_round(
     server: BeanstalkServer, names: tuple[str, ...], flip: bool, count: int, jobs: int
 ) -> dict[str, Result]:
     """Each of ``names`` once, in that order or (``flip``) the reverse; printed in order."""
+    meter = CpuMeter(server)
     results: dict[str, Result] = {}
     for name in names[::-1] if flip else names:
         if name == "raw":
-            results[name] = drain_raw(count, jobs)
+            results[name] = drain_raw(meter, count, jobs)
         else:
-            results[name] = drain_queue(server, SHAPES[name], count, jobs)
-    raw = results["raw"].rate
+            results[name] = drain_queue(server, meter, SHAPES[name], count, jobs)
+    raw = results["raw"]
     for name in names:
-        done = results[name]
-        print(f"  {name:<16} {done.rate:7.1f} jobs/s  {done.rate / raw:5.2f} x raw  "
-              f"CPU {done.cpu * 1e6:5.0f} µs/job (commands {done.commands * 1e6:5.0f})",
-              flush=True)  # fmt: skip
+        done, cpu = results[name], results[name].cpu
+        print(f"  {name:<16} {done.rate:7.1f} jobs/s  {done.rate / raw.rate:5.2f} x raw  "
+              f"CPU µs/job: ours {cpu.own * 1e6:4.0f}, commands {cpu.commands * 1e6:4.0f}, "
+              f"beanstalkd {cpu.server * 1e6:3.0f}", flush=True)  # fmt: skip
     return results
 
 
 def print_table(names: tuple[str, ...], rounds: list[dict[str, Result]]) -> None:
+    """Medians over rounds. ``CPU x raw``: the raw chain's CPU per job over the shape's, the
+    ratio its rate tends to while the chain alone keeps every core busy."""
     print(f"\nmedians over {len(rounds)} round(s); x raw: to the raw rate of the same round")
-    print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  {'CPU µs/job':>10}  {'commands':>8}"
-          "  (x raw per round)")  # fmt: skip
+    print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  CPU µs/job: {'ours':>4} {'commands':>8} "
+          f"{'beanstalkd':>10}  {'CPU x raw':>9}  (x raw per round)")  # fmt: skip
+
+    def median(values: Iterator[float]) -> float:
+        return statistics.median(values)
+
     for name in names:
         ratios = [r[name].rate / r["raw"].rate for r in rounds]
-        rate = statistics.median(r[name].rate for r in rounds)
-        cpu = statistics.median(r[name].cpu for r in rounds)
-        commands = statistics.median(r[name].commands for r in rounds)
         each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
-        print(f"  {name:<16} {rate:7.1f}  {statistics.median(ratios):5.2f}  "
-              f"{cpu * 1e6:10.0f}  {commands * 1e6:8.0f}  ({each})")  # fmt: skip
+        print(f"  {name:<16} {median(r[name].rate for r in rounds):7.1f}  "
+              f"{statistics.median(ratios):5.2f}  "
+              f"{'':>11} {median(r[name].cpu.own for r in rounds) * 1e6:4.0f} "
+              f"{median(r[name].cpu.commands for r in rounds) * 1e6:8.0f} "
+              f"{median(r[name].cpu.server for r in rounds) * 1e6:10.0f}  "
+              f"{median(r['raw'].cpu.chain / r[name].cpu.chain for r in rounds):9.2f}  "
+              f"({each})")  # fmt: skip
 
 
 def main() -> None:

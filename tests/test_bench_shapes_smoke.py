@@ -38,10 +38,13 @@ def test_quick_run_names_each_shape_with_a_ratio() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     summary = out.stdout.split("medians over 1 round(s)")[1]
     for name in SHAPES:
-        # name, jobs/s, ratio to raw, CPU µs/job (ours, the commands'), the ratio of each round
-        row = re.search(rf"^  {name} +\d+\.\d +(\d+\.\d\d) +\d+ +\d+  \(", summary, re.M)
+        # name, jobs/s, x raw, CPU µs/job (ours, commands, beanstalkd), CPU x raw, each round's
+        number, ratio = r"\d+\.\d", r"(\d+\.\d\d)"
+        row = re.search(
+            rf"^  {name} +{number} +{ratio} +\d+ +\d+ +\d+ +{ratio}  \({ratio}\)$", summary, re.M
+        )
         assert row is not None, out.stdout
-        assert float(row.group(1)) > 0
+        assert all(float(value) > 0 for value in row.groups())
     assert "raw                " in summary and "1.00" in summary
 
 
@@ -82,5 +85,5 @@ def test_a_failing_command_stops_the_drain_at_once(bench: ModuleType, runner: st
     with running_beanstalkd() as server:
         started = time.monotonic()
         with pytest.raises(RuntimeError, match="exited with 1"):
-            bench.drain_queue(server, shape, 2, 20)
+            bench.drain_queue(server, bench.CpuMeter(server), shape, 2, 20)
         assert time.monotonic() - started < 30  # not the drain's 600 s timeout

@@ -26,10 +26,13 @@ The command is drain.py's (``/bin/bash -c 'cat >/dev/null'``, its payload on std
 queue shape drains a fresh tube of the real beanstalkd (started here on 127.0.0.1): the
 jobs are put while the tube is paused, the workers start and watch it, and the clock runs
 from the unpause until stats-tube counts every job deleted. Per shape: jobs/s, the ratio
-to the raw rate of the same round, this process's CPU per job (``time.process_time``
-deltas; every shape runs in this process, raw included) and its commands' (reaped here,
-``RUSAGE_CHILDREN``: a richer environment costs the command too). Rounds alternate the
-order of the shapes, so that none always runs after the same one.
+to the raw rate of the same round, and the CPU per job of each part of the chain: this
+process (``time.process_time`` deltas; every shape runs in it, raw included), the commands
+(reaped here, ``RUSAGE_CHILDREN``: a richer environment costs the command too) and
+beanstalkd. ``CPU x raw`` is the raw chain's CPU per job over the shape's: the ratio the
+rate tends to while the chain alone keeps every core busy, and far steadier than the rates
+on a machine shared with other work. Rounds alternate the order of the shapes, so that
+none always runs after the same one.
 
 ``--ablate`` adds ``poll-loop-full`` without each of its features in turn (``full -log``:
 all but the log line): its CPU per job against ``poll-loop-full``'s is what that feature

@@ -142,14 +142,33 @@ def unread_fifo(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def events_to(
+    events: Path, beanstalk: BeanstalkServer, tube: str, per_tube: int, cmd: str
+) -> subprocess.Popen[bytes]:
+    """``cmdstalk`` serving ``tube``, its event log on ``events`` (a FIFO)."""
+    return start_cmdstalk(
+        "--address", beanstalk.address, "--tubes", tube, "--per-tube", str(per_tube),
+        "--cmd", cmd, "--events", str(events),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def records_at_stop(proc: subprocess.Popen[bytes], fifo: int) -> list[dict[str, Any]]:
+    """Read the FIFO at last, stop ``proc`` (exit 0), and return the records it wrote (the
+    ``#`` filler lines of ``fill_fifo`` left out; any other line must be a whole record)."""
+    os.set_blocking(fifo, True)
+    drainer = Drainer(fifo)
+    drainer.start()
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0
+    drainer.join(10)
+    return [json.loads(x) for x in drainer.text().splitlines() if x[:1] != "#"]
+
+
 def test_a_stalled_event_log_stalls_no_broker(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
     events = tmp_path / "events.fifo"
     with unread_fifo(events) as fifo:
-        proc = start_cmdstalk(
-            "--address", beanstalk.address, "--tubes", "ev", "--per-tube", "3",
-            "--cmd", OUTPUT_CMD, "--events", str(events),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        proc = events_to(events, beanstalk, "ev", 3, OUTPUT_CMD)
         try:
             client = beanstalk.client(use="ev")
             for i in range(OUTPUT_JOBS):
@@ -159,16 +178,9 @@ def test_a_stalled_event_log_stalls_no_broker(beanstalk: BeanstalkServer, tmp_pa
             wait_until(
                 lambda: client.stats()["cmd-delete"] >= OUTPUT_JOBS, 60, message="jobs deleted"
             )
-            os.set_blocking(fifo, True)
-            drainer = Drainer(fifo)
-            drainer.start()
-            proc.terminate()
-            assert proc.wait(timeout=20) == 0
-            drainer.join(10)
             # Every record arrives once the sink moves again, each one whole.
-            lines = drainer.text().splitlines()
-            assert len(lines) == OUTPUT_JOBS
-            records = [json.loads(x) for x in lines]
+            records = records_at_stop(proc, fifo)
+            assert len(records) == OUTPUT_JOBS
             assert len({r["job_id"] for r in records}) == OUTPUT_JOBS
             assert {r["outcome"] for r in records} == {"deleted"}
         finally:
@@ -202,11 +214,7 @@ def test_a_stalled_event_log_does_not_delay_a_ttr_kill(
     events = tmp_path / "events.fifo"
     with unread_fifo(events) as fifo:
         fill_fifo(events)
-        proc = start_cmdstalk(
-            "--address", beanstalk.address, "--tubes", "evk", "--per-tube", "1",
-            "--cmd", REPORT_CMD, "--events", str(events),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        proc = events_to(events, beanstalk, "evk", 1, REPORT_CMD)
         try:
             client = beanstalk.client(use="evk")
             client.put(b"quick", ttr=60)
@@ -221,13 +229,7 @@ def test_a_stalled_event_log_does_not_delay_a_ttr_kill(
             assert client.stats_job(slow)["timeouts"] == 0
             assert client.stats_job(slow)["reserves"] == 1
             assert int(client.stats()["cmd-delete"]) == 1
-            os.set_blocking(fifo, True)
-            drainer = Drainer(fifo)
-            drainer.start()
-            proc.terminate()
-            assert proc.wait(timeout=20) == 0
-            drainer.join(10)
-            records = [json.loads(x) for x in drainer.text().splitlines() if x[:1] == "{"]
+            records = records_at_stop(proc, fifo)
             assert [(r["job_id"], r["outcome"]) for r in records] == [
                 (slow - 1, "deleted"),
                 (slow, "timeout_buried"),

@@ -158,18 +158,21 @@ def test_draining_server_fails_clearly(spark: SparkSession) -> None:
     assert binary is not None
     port = free_port()
     proc = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port)])
+    address = f"127.0.0.1:{port}"
+
+    def stats() -> bytes:
+        with Client.connect(address) as conn:
+            conn.send(b"stats\r\n")
+            words = conn.read_line().split(b" ")
+            return conn.read_body(int(words[1]))
+
     try:
-        wait_until(lambda: accepts_connections("127.0.0.1", port), 10, message="beanstalkd up")
+        # Answering, not only accepting: beanstalkd listens before it installs its signal
+        # handlers, and a SIGUSR1 in between kills it (SIGUSR1's default action).
+        wait_until(lambda: accepts_connections("127.0.0.1", port) and bool(stats()), 10,
+                   message="beanstalkd up")  # fmt: skip
         proc.send_signal(signal.SIGUSR1)  # beanstalkd enters drain mode: puts get DRAINING
-        address = f"127.0.0.1:{port}"
-
-        def draining() -> bool:
-            with Client.connect(address) as conn:
-                conn.send(b"stats\r\n")
-                words = conn.read_line().split(b" ")
-                return b"draining: true" in conn.read_body(int(words[1]))
-
-        wait_until(draining, 10, message="drain mode")
+        wait_until(lambda: b"draining: true" in stats(), 10, message="drain mode")
         df = spark.createDataFrame([("a",)], "body string").coalesce(1)
         with pytest.raises(Exception) as info:
             enqueue(df, address=address)

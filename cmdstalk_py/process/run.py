@@ -21,7 +21,7 @@ from cmdstalk_py.process.kill import TreeKiller, group_exists
 from cmdstalk_py.process.lease import FixedLease, Lease
 from cmdstalk_py.process.marker import MARKER, new_token
 from cmdstalk_py.process.orphans import spawn_tracked, untrack
-from cmdstalk_py.process.output import OutputStream
+from cmdstalk_py.process.output import LineBudget, OutputStream
 from cmdstalk_py.process.result import KillReason, ProcessResult
 from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
@@ -56,13 +56,15 @@ def run_command(
     poll_interval: float = 0.05,
     lease: Lease | None = None,
     on_control: Callable[[bytes], None] | None = None,
+    line_budget: LineBudget | None = None,
 ) -> ProcessResult:
     """Run ``argv`` with ``payload`` on its stdin and ``env`` as its whole environment.
 
     The command starts in a new session (its own process group). Its stdout and stderr
     are read as they come: the last ``tail_bytes`` of each end up in the result, and each
     line (without its newline; a line longer than ``max_line_bytes`` in pieces; a last
-    line without newline at the end) goes to ``on_stdout_line`` / ``on_stderr_line``.
+    line without newline at the end) goes to ``on_stdout_line`` / ``on_stderr_line``; with a
+    ``line_budget`` (``output.py``), only as many as it allows, the rest counted there.
 
     Killing (``killed`` in the result says why): at ``deadline`` (a ``time.monotonic()``
     value) or when ``stop`` is set, SIGTERM goes to the process group and every descendant,
@@ -87,8 +89,8 @@ def run_command(
     the exception propagates.
     """
     # Built before spawning: bad arguments raise here, with no child to clean up.
-    out = OutputStream(tail_bytes, on_stdout_line, max_line_bytes)
-    err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes)
+    out = OutputStream(tail_bytes, on_stdout_line, max_line_bytes, line_budget)
+    err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes, line_budget)
     started = time.monotonic()
     token = new_token()
     # Told before the spawn: a supervisor killed right after it still has this run guarded.

@@ -175,6 +175,7 @@ class JobRunner:
     def _run(self, job: Job, stats: StatsJob, run: JobRun) -> ProcessResult:
         env = job_environment(self._env, job.id, stats["tube"], stats, job.body)
         self._observer.broker_busy(self.tube, self.slot, True)
+        budget = self._joblog.output_budget(job.id, self.config.output_rate)
         try:
             return run_command(
                 self._argv,
@@ -193,8 +194,10 @@ class JobRunner:
                 # CMDSTALK_RUN: kills reach processes that left the group and the tree.
                 marker=True,
                 on_control=run.on_control,
+                line_budget=budget,
             )
         finally:
+            self._joblog.output_done()
             run.finish()
             self._observer.broker_busy(self.tube, self.slot, False)
 

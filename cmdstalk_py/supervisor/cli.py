@@ -191,6 +191,16 @@ def _address_or_servers(text: str) -> tuple[str, int] | Servers:
     help="Comma-separated exit codes that bury the job at once (permanent failure).",
 )
 @_option(
+    "--output-rate",
+    env="OUTPUT_RATE",
+    metavar="LINES",
+    type=numbers.count(0, numbers.MAX_OUTPUT_RATE),
+    default=1000,
+    show_default=True,
+    help="Output lines (stdout and stderr) a job may log per second, ten seconds' worth at "
+    "once; more are counted, not logged. 0: no limit.",
+)
+@_option(
     "--max-jobs",
     env="MAX_JOBS",
     metavar="N",

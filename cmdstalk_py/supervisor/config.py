@@ -20,7 +20,7 @@ from cmdstalk_py.client.names import DEFAULT_ADDRESS as DEFAULT_ADDRESS
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.names import parse_address as parse_address
 from cmdstalk_py.client.names import validate_tube as validate_tube
-from cmdstalk_py.supervisor.numbers import MAX_PER_TUBE, MAX_U32
+from cmdstalk_py.supervisor.numbers import MAX_OUTPUT_RATE, MAX_PER_TUBE, MAX_U32
 
 DEFAULT_TUBE = "default"
 DEFAULT_SHELL = "/bin/bash -c"
@@ -52,6 +52,7 @@ class Config:
     shutdown_timeout: float | None = None  # None: running jobs may use their whole TTR
     reserve_timeout: int = 1  # seconds, for a standalone run_once; workers block in reserve
     tail_bytes: int = 4096  # stdout/stderr kept for the job result
+    output_rate: int = 1000  # output lines a job may log per second (0: no limit)
     io_timeout: float = 30.0  # a server silent this long is treated as gone
     reconnect_max_wait: float = 5.0  # cap of the reconnect backoff, seconds
     batch_scheduling: bool = False  # opt-in: a single broker under SCHED_BATCH (process/sched.py)
@@ -87,6 +88,8 @@ class Config:
             count = getattr(self, name)
             if count is not None and not 1 <= count <= MAX_PER_TUBE:
                 raise ValueError(f"{name} {count!r} is not within 1-{MAX_PER_TUBE}")
+        if not 0 <= self.output_rate <= MAX_OUTPUT_RATE:
+            raise ValueError(f"output_rate {self.output_rate!r} is not within 0-{MAX_OUTPUT_RATE}")
         for tube, limit in self.tube_limits:
             with _field("tube_limits", tube):
                 check_limit(limit)

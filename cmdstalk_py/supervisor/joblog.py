@@ -9,17 +9,47 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from cmdstalk_py.ops.eventlog import signal_name
 from cmdstalk_py.ops.logsink import OUTPUT_LOGGER
 from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.process import LineBudget
 from cmdstalk_py.supervisor.results import JobResult, Outcome, Reason
 
 log = logging.getLogger("cmdstalk.broker")
 # Reasons a result line leaves out: the default exit-code rule says nothing new.
 _PLAIN = (None, Reason.EXIT_CODE)
 output_log = logging.getLogger(OUTPUT_LOGGER)
+#: A job may log this many seconds' worth of ``--output-rate`` lines at once.
+OUTPUT_BURST_SECONDS = 10
+#: While a job's output is over its rate, at most one line says so this often, seconds.
+DROP_REPORT_INTERVAL = 10.0
+
+
+class _Drops:
+    """The output lines of one job not logged, reported at once, then at most every
+    ``DROP_REPORT_INTERVAL`` while they go on, and the rest when the command ends."""
+
+    __slots__ = ("extra", "rate", "reported_at", "unreported")
+
+    def __init__(self, extra: dict[str, object], rate: int) -> None:
+        self.extra, self.rate = extra, rate
+        self.unreported = 0
+        self.reported_at: float | None = None
+
+    def dropped(self, lines: int) -> None:
+        self.unreported += lines
+        now = time.monotonic()
+        if self.reported_at is None or now - self.reported_at >= DROP_REPORT_INTERVAL:
+            self.report(now)
+
+    def report(self, now: float) -> None:
+        if self.unreported:
+            log.warning("output over %d lines/s: %d lines not logged", self.rate,
+                        self.unreported, extra=self.extra)  # fmt: skip
+            self.unreported, self.reported_at = 0, now
 
 
 class JobLog:
@@ -31,6 +61,7 @@ class JobLog:
         self.slot = slot
         self._extra: dict[str, object] = {"tube": tube, "slot": slot}
         self._observer = observer
+        self._drops: _Drops | None = None  # the running job's (a broker runs one at a time)
 
     def set_tube(self, tube: str) -> None:
         """The job now starting is of ``tube`` (a shared worker watches several)."""
@@ -85,6 +116,21 @@ class JobLog:
                 observer.job_output(tube, slot, job_id, stream, line)
 
         return on_line
+
+    def output_budget(self, job_id: int, rate: int) -> LineBudget | None:
+        """The budget of ``job_id``'s output lines, ``rate`` a second (None: 0, no limit);
+        the lines it drops are reported (``output_done`` reports the last of them)."""
+        self._drops = None
+        if rate <= 0:
+            return None
+        self._drops = drops = _Drops(self.extra(job_id, "output_dropped"), rate)
+        return LineBudget(rate, rate * OUTPUT_BURST_SECONDS, drops.dropped)
+
+    def output_done(self) -> None:
+        """The command has ended: report the output lines not reported as dropped yet."""
+        drops, self._drops = self._drops, None
+        if drops is not None:
+            drops.report(time.monotonic())
 
     def kill_reporter(self, job_id: int) -> Callable[[str], None]:
         """A callback for each signal sent to ``job_id``'s command: logged and observed.

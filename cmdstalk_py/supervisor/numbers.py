@@ -25,6 +25,9 @@ HOUR = 3600.0
 MAX_BACKOFF_EXPONENT = 10.0
 # One thread and one connection per broker: beyond this a typo, not a plan.
 MAX_PER_TUBE = 1000
+# Output lines a job may log per second: logging one costs the supervisor microseconds, so
+# a million a second is already more than a core.
+MAX_OUTPUT_RATE = 1_000_000
 
 
 class FiniteRange(click.FloatRange):

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cmdstalk_py.process import KillReason, reap_orphans, run_command, set_child_subreaper
-from cmdstalk_py.process.output import OutputStream
+from cmdstalk_py.process.output import LineBudget, OutputStream
 from tests.helpers import wait_until
 
 BASH = "/bin/bash"
@@ -500,6 +500,45 @@ def test_output_stream_lines_match_split(chunks: list[bytes]) -> None:
         expected.pop()  # a final newline ends the last line; it does not start a new one
     assert got == expected
     assert stream.tail == b""
+
+
+@given(
+    st.lists(st.binary(max_size=50), max_size=20),
+    st.integers(min_value=1, max_value=12),
+)
+def test_a_line_budget_hands_on_the_first_lines_and_counts_the_rest(
+    chunks: list[bytes], burst: int
+) -> None:
+    got: list[bytes] = []
+    drops: list[int] = []
+    budget = LineBudget(rate=1.0, burst=burst, on_drop=drops.append, clock=lambda: 0.0)
+    stream = OutputStream(0, on_line=got.append, max_line_bytes=10_000, budget=budget)
+    for chunk in chunks:
+        stream.feed(chunk)
+    stream.finish()
+    expected = b"".join(chunks).split(b"\n")
+    if expected[-1] == b"":
+        expected.pop()
+    # The clock stands still: exactly ``burst`` lines, the first ones; the rest counted.
+    assert got == expected[:burst]
+    assert budget.dropped == sum(drops) == len(expected) - len(got)
+
+
+def test_a_line_budget_refills_at_its_rate() -> None:
+    now = [0.0]
+    budget = LineBudget(rate=10.0, burst=5, clock=lambda: now[0])
+    got: list[bytes] = []
+    stream = OutputStream(0, on_line=got.append, budget=budget)
+    stream.feed(b"x\n" * 8)
+    assert (len(got), budget.dropped) == (5, 3)
+    now[0] = 0.25  # 2.5 lines' worth
+    stream.feed(b"y\n" * 4)
+    assert (got[5:], budget.dropped) == ([b"y", b"y"], 5)
+    now[0] = 100.0  # never more than the burst at once
+    stream.feed(b"z\n" * 9)
+    assert (got[7:], budget.dropped) == ([b"z"] * 5, 9)
+    with pytest.raises(ValueError):
+        LineBudget(rate=0, burst=5)
 
 
 def test_reap_orphans_with_only_live_children_reaps_nothing() -> None:

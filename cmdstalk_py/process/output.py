@@ -38,16 +38,12 @@ class LineBudget:
 
     def take(self) -> bool:
         """Spend one line if the budget has one now."""
-        if self._tokens < 1:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-            self._at = now
-            if self._tokens < 1:
-                self.short = True
-                return False
-        self._tokens -= 1
-        self.short = False
-        return True
+        now = self._clock()
+        tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        self.short = tokens < 1
+        self._tokens = tokens if self.short else tokens - 1
+        return not self.short
 
     def drop(self, lines: int) -> None:
         self.dropped += lines

@@ -541,6 +541,16 @@ def test_a_line_budget_refills_at_its_rate() -> None:
         LineBudget(rate=0, burst=5)
 
 
+def test_a_full_line_budget_left_alone_grants_one_burst_not_two() -> None:
+    now = [0.0]
+    budget = LineBudget(rate=10.0, burst=5, clock=lambda: now[0])
+    got: list[bytes] = []
+    stream = OutputStream(0, on_line=got.append, budget=budget)
+    now[0] = 100.0  # full all along
+    stream.feed(b"x\n" * 12)
+    assert (len(got), budget.dropped) == (5, 7)
+
+
 def test_reap_orphans_with_only_live_children_reaps_nothing() -> None:
     lines = Announced()
     result = run_command(

@@ -127,6 +127,11 @@ class Dispatcher:
             self._retiring = [p for p in self._retiring if any(t.is_alive() for t in p.threads())]
             return [*self._pools.values(), *self._retiring]
 
+    def servers(self) -> list[str]:
+        """Every server of every pool as configured now (a reload may change them), named
+        as ``format_address`` writes them, the first pool's first server first."""
+        return [name for config in self.configs for name in _servers(config)]
+
     def tubes(self, server: str | None = None) -> list[str]:
         """The tubes served so far, on ``server`` (``host:port`` as ``format_address``
         writes it) or on any server: what metrics, the dashboard and its actions cover."""

@@ -88,12 +88,8 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         )  # fmt: skip
         exporter = None
 
-        def served() -> list[str]:
-            # Every server of every pool as configured now (a reload may change them), the
-            # first pool's first server first: the metrics' queue gauges (label ``server``)
-            # and the dashboard follow it.
-            configs = supervisor.dispatcher.configs
-            return [format_address(h, p) for pool in configs for h, p in pool.addresses]
+        # The metrics' queue gauges (label ``server``) and the dashboard follow it.
+        served = supervisor.dispatcher.servers
 
         if extras.metrics is not None:
             from cmdstalk_py.ops.metrics import start_metrics  # imports prometheus_client

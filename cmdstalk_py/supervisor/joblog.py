@@ -47,8 +47,9 @@ class _Drops:
 
     def report(self, now: float) -> None:
         if self.unreported:
-            log.warning("output over %d lines/s: %d lines not logged", self.rate,
-                        self.unreported, extra=self.extra)  # fmt: skip
+            lines = "1 line" if self.unreported == 1 else f"{self.unreported} lines"
+            log.warning("output over %d lines/s: %s not logged", self.rate, lines,
+                        extra=self.extra)  # fmt: skip
             self.unreported, self.reported_at = 0, now
 
 

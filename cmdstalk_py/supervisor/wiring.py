@@ -108,15 +108,15 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         if notifier.enabled:
             observers.add(notifier)
         if len(pools) == 1:
-            log.info("cmdstalk %s: %s", __version__, describe(config))
+            log.info("cmdstalk %s: %s", __version__, summary(config))
         else:  # a line per pool: the first alone would pass for the whole configuration
             log.info("cmdstalk %s: %d pools", __version__, len(pools))
             for pool in pools:
-                log.info("pool %s: %s", pool.pool, describe(pool))
+                log.info("pool %s: %s", pool.pool, summary(pool))
         return supervisor.run()
 
 
-def describe(config: Config) -> str:
+def summary(config: Config) -> str:
     """One pool in a line: its tubes, servers, workers and command."""
     tubes = "all tubes" if config.all_tubes else "tubes " + ",".join(config.tubes)
     servers = ",".join(format_address(h, p) for h, p in config.addresses)

@@ -1,44 +1,44 @@
 """One beanstalkd connection that heals itself: reconnect with tenacity, restore use/watch.
 
-Every broker and the dispatcher own one. ``client()`` hands out a connected
-``pipeline.Client``, (re)connecting first when needed: exponential backoff with jitter,
-capped, until it works or the stop event is set (then ``Stopped``). Failures and
-recoveries are reported through an ``OutageReporter`` the owner may share between all its
-connections to one server, so an outage is one warning, not one per connection per
-attempt. Callers report a broken connection with ``drop()``; the next ``client()`` connects
-afresh. Connection errors never escape as anything but ``Stopped``.
+Every worker and every discovery owns one, on the supervisor's event loop. ``client()``
+hands out a connected ``aio.AsyncClient``, (re)connecting first when needed: exponential
+backoff with jitter, capped, until it works or ``stop()`` is called (then ``Stopped``;
+``stop()`` cuts a back-off or a connect attempt short). Failures and recoveries are
+reported through an ``OutageReporter`` the owner may share between all its connections to
+one server, so an outage is one warning, not one per connection per attempt. Callers
+report a broken connection with ``drop()``; the next ``client()`` connects afresh.
+Connection errors never escape ``client()`` as anything but ``Stopped``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import socket
-import threading
 from collections.abc import Sequence
 
 import tenacity
 
+from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.errors import CONNECTION_ERRORS
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.outage import OutageReporter
-from cmdstalk_py.client.pipeline import DEFAULT_TUBE, Client
-from cmdstalk_py.client.reader import set_io_timeout
+from cmdstalk_py.client.pipeline import DEFAULT_TUBE
 from cmdstalk_py.ops.observers import Observer
 
 __all__ = ["CONNECTION_ERRORS", "HealingConnection", "OutageReporter", "Stopped"]
 
 
 class Stopped(Exception):
-    """The stop event was set while (re)connecting; the owner should wind down."""
+    """``stop()`` was called while (re)connecting; the owner should wind down."""
 
 
 class HealingConnection:
-    """A lazily (re)connected ``Client`` for one owner (``where``, e.g. ``mail:0``).
+    """A lazily (re)connected ``AsyncClient`` for one owner (``where``, e.g. ``mail:0``).
 
     ``watch``: the tube, or tubes, to watch (``default`` is ignored unless it is one of
     them; ``set_watch`` changes them); ``use``: the tube to use. Both are restored after
-    every reconnect. ``outage``: the
-    reporter shared with the owner's other connections to this server (default: its own).
+    every reconnect. ``outage``: the reporter shared with the owner's other connections to
+    this server (default: its own).
     """
 
     def __init__(
@@ -47,7 +47,6 @@ class HealingConnection:
         port: int,
         *,
         where: str,
-        stop: threading.Event,
         watch: str | Sequence[str] | None = None,
         use: str | None = None,
         io_timeout: float = 30.0,
@@ -57,9 +56,8 @@ class HealingConnection:
     ) -> None:
         self.host = host
         self.port = port
-        self._address: str | None = None
+        self.address = format_address(host, port)
         self.where = where
-        self.stop = stop
         self._watch: tuple[str, ...] | None = (
             None if watch is None else (watch,) if isinstance(watch, str) else tuple(watch)
         )
@@ -67,35 +65,46 @@ class HealingConnection:
         self._io_timeout = io_timeout
         self._max_wait = max_wait
         self._observer = observer or Observer()
-        self._outage = outage or OutageReporter(format_address(host, port))
-        self._client: Client | None = None
-        self._sock: socket.socket | None = None
+        self._outage = outage or OutageReporter(self.address)
+        self._client: AsyncClient | None = None
         self._ever_connected = False
         self._planned = False  # the last drop was ours (a new watch set), not a failure
-        self.connected = threading.Event()  # set while a connection is up
+        self._stopped = False
+        self._attempt: asyncio.Future[AsyncClient] | None = None
+        self._wakeup: asyncio.Event | None = None  # set by stop(): ends a back-off sleep
 
     @property
-    def address(self) -> str:
-        """``host:port`` (named in every job's result: formatted once)."""
-        if self._address is None:
-            self._address = format_address(self.host, self.port)
-        return self._address
+    def connected(self) -> bool:
+        """A connection is up (``client()`` returns at once)."""
+        return self._client is not None
 
-    def client(self) -> Client:
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        """No more (re)connecting: a back-off or a connect under way ends in ``Stopped``."""
+        self._stopped = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+        if self._attempt is not None:
+            self._attempt.cancel()
+
+    async def client(self) -> AsyncClient:
         """The connected client, connecting (with retries) first if needed; or ``Stopped``."""
         if self._client is not None:
             return self._client
-        retrying = tenacity.Retrying(
+        retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(CONNECTION_ERRORS),
             wait=tenacity.wait_exponential_jitter(multiplier=0.1, max=self._max_wait, jitter=0.2),
-            stop=lambda _state: self.stop.is_set(),
+            stop=lambda _state: self._stopped,
             sleep=self._sleep,
             before_sleep=self._log_failure,
             reraise=True,
         )
         try:
-            client = retrying(self._connect)
-        except CONNECTION_ERRORS as e:  # only when the stop event ended the retries
+            client: AsyncClient = await retrying(self._connect)
+        except CONNECTION_ERRORS as e:  # only when stop() ended the retries
             raise Stopped(str(e)) from e
         self._outage.connected(self.where)
         if self._ever_connected and not self._planned:
@@ -103,75 +112,60 @@ class HealingConnection:
         self._planned = False
         self._ever_connected = True
         self._client = client
-        self.connected.set()
         return client
 
-    def _sleep(self, seconds: float) -> None:
-        self.stop.wait(seconds)  # a stop request cuts the back-off short
+    async def _sleep(self, seconds: float) -> None:
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()  # stop() cuts the back-off short
 
-    def _connect(self) -> Client:
-        if self.stop.is_set():
+    async def _connect(self) -> AsyncClient:
+        if self._stopped:
             raise Stopped("stopping")
-        sock = self._open_socket()
+        self._attempt = asyncio.ensure_future(self._open())
         try:
-            # Requests are small and answered one at a time: never let Nagle hold them.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # The kernel enforces the I/O timeout (a silent server fails a read with
-            # EAGAIN, an OSError): with a Python-level timeout every send and recv would
-            # first cost a poll().
-            set_io_timeout(sock, self._io_timeout)
-            _keepalive(sock, self._io_timeout)
-            sock.settimeout(None)
+            return await self._attempt
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._stopped and (task is None or not task.cancelling()):
+                raise Stopped("stopping") from None
+            raise
+        finally:
+            self._attempt = None
+
+    async def _open(self) -> AsyncClient:
+        client = await AsyncClient.open(self.host, self.port, self._io_timeout)
+        try:
             watch = self._watch if self._watch else (DEFAULT_TUBE,)
             use = self._use if self._use is not None else DEFAULT_TUBE
-            client = Client(sock, use=use, watch=watch, io_timeout=self._io_timeout)
-            if use == DEFAULT_TUBE and watch == (DEFAULT_TUBE,):
-                # Nothing was asked yet: "connected" (and READY=1) means the server answers.
-                client.watch(DEFAULT_TUBE)
+            replies = []
+            if use != DEFAULT_TUBE:
+                replies.append(client.use(use))
+            # Nothing asked yet: a watch of default anyway, so "connected" (and READY=1)
+            # means the server answers.
+            replies.extend(client.watch(tube) for tube in watch)
+            if DEFAULT_TUBE not in watch:
+                replies.append(client.ignore(DEFAULT_TUBE))
+            for reply in replies:  # sent together; each reply checked in order
+                await reply
         except BaseException:
-            self._sock = None
-            sock.close()
+            client.close()
             raise
         return client
-
-    def _open_socket(self) -> socket.socket:
-        """``socket.create_connection``, except that ``abort()`` can cut it short.
-
-        The socket is published before ``connect``: shutting it down from another thread
-        ends a connect that waits on a host that drops our SYNs, and the wait for the
-        first replies, which a server that accepts but never answers makes as long as the
-        I/O timeout. Either would hold a stopping supervisor that long.
-        """
-        error: OSError = OSError(f"no address for {self.address}")
-        infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-        for family, kind, proto, _, sockaddr in infos:
-            sock = socket.socket(family, kind, proto)
-            self._sock = sock
-            try:
-                if self.stop.is_set():  # stopped, maybe aborted, before the line above
-                    raise Stopped("stopping")
-                sock.settimeout(self._io_timeout)
-                sock.connect(sockaddr)
-                return sock
-            except BaseException as e:
-                self._sock = None
-                sock.close()
-                if not isinstance(e, OSError):
-                    raise
-                error = e
-        raise error
 
     @property
     def watching(self) -> tuple[str, ...]:
         """The tubes this connection watches (or will, once connected)."""
         return self._watch or (DEFAULT_TUBE,)
 
-    def set_watch(self, tubes: Sequence[str]) -> None:
+    async def set_watch(self, tubes: Sequence[str]) -> None:
         """Watch exactly ``tubes`` (not empty) from now on, and after every reconnect.
 
         On a live connection the difference is sent as watch / ignore commands (new tubes
-        first: a connection must always watch one). Connection errors propagate: the
-        caller drops the connection, and the next ``client()`` watches the new set.
+        first: a connection must always watch one), together. Connection errors
+        propagate: the caller drops the connection; the next ``client()`` watches anew.
         """
         new = tuple(tubes)
         if not new:
@@ -181,23 +175,10 @@ class HealingConnection:
         client = self._client
         if client is None or set(old) == set(new):
             return
-        for tube in new:
-            if tube not in old:
-                client.watch(tube)
-        for tube in old:
-            if tube not in new:
-                client.ignore(tube)
-
-    def abort(self) -> None:
-        """Cut the connection under a blocked call (from another thread): it fails at once.
-
-        Also while (re)connecting, waiting for the replies to use and watch. The server sees
-        the connection close and takes back any job reserved on it.
-        """
-        sock = self._sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        replies = [client.watch(t) for t in new if t not in old]
+        replies.extend(client.ignore(t) for t in old if t not in new)
+        for reply in replies:
+            await reply
 
     def _log_failure(self, state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -211,31 +192,15 @@ class HealingConnection:
         next connection is not reported as a reconnection."""
         self._planned = planned
         client, self._client = self._client, None
-        self._sock = None
-        self.connected.clear()
         if client is None:
             return
         if reason is not None:
             self._outage.lost(self.where, reason)
-        with contextlib.suppress(OSError):
-            client.close()
+        client.close()
 
     def close(self) -> None:
         """Close the connection for good (on shutdown)."""
+        self.stop()
         client, self._client = self._client, None
-        self._sock = None
-        self.connected.clear()
         if client is not None:
-            with contextlib.suppress(OSError):
-                client.close()
-
-
-def _keepalive(sock: socket.socket, idle: float) -> None:
-    """TCP keepalive after ``idle`` seconds of silence: a worker blocked in a plain
-    ``reserve`` learns of a peer that vanished (no FIN, no RST) without sending a request."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; elsewhere the system's defaults apply
-        after = max(1, int(idle))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, after)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, after // 3))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            client.close()

@@ -38,8 +38,6 @@ EVENT_SCHEMA_VERSION = 3
 TUBE_HELD = "tube_held"
 TUBE_SERVABLE = "tube_servable"
 TAIL_BYTES = 4096  # stdout_tail / stderr_tail bound, in UTF-8 bytes
-# How long a broker waits for its record to be written before it calls the sink stalled.
-WAIT = 1.0
 # Records waiting for a stalled sink before new ones are dropped (a record with both tails
 # full is about 9 KiB).
 QUEUE_BYTES = 4 << 20
@@ -156,11 +154,9 @@ class EventLog(Observer):
     """Appends one JSON line per finished job to ``path`` (``"-"`` for stdout), and one
     per change of a limited or rated tube (``tube_held``).
 
-    Thread-safe; ``job_finished`` and ``tube_held`` never raise and never block a broker
-    for long: records go through a bounded queue to one writer thread. A broker waits up
-    to ``wait`` seconds for a job's record to be written (so in the normal case the record
-    is on disk when the job is done); past that the sink is stalled and brokers stop
-    waiting until it catches up, and records that do not fit the queue are dropped. Every
+    Thread-safe; ``job_finished`` and ``tube_held`` never raise and never block: they are
+    called on the supervisor's event loop, so records go through a bounded queue to one
+    writer thread, and records that do not fit the queue (a stalled sink) are dropped. Every
     record lost (dropped, or a failed write such as a full disk) is counted in
     ``lost_total`` and logged, once per streak, and the file is reopened at the next write.
     """
@@ -171,7 +167,6 @@ class EventLog(Observer):
         hostname: str | None = None,
         pid: int | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wait: float = WAIT,
         limit: int = QUEUE_BYTES,
         settle: float = SETTLE,
     ) -> None:
@@ -183,10 +178,8 @@ class EventLog(Observer):
         self.lost_total = 0
         self._file = AppendFile(path, clock) if path != "-" else None
         self._stdout_lock = threading.Lock()
-        self._wait = wait
         self._count_lock = threading.Lock()
         self._streak = 0  # records lost since the last one written
-        self._stalled = False
         self._closed = False
         self._queue = SinkQueue(self._write_lines, limit, "cmdstalk-event-writer")
         self._clock = clock
@@ -231,7 +224,7 @@ class EventLog(Observer):
         """Queue ``result``'s record; losses are counted and logged, never raised."""
         if self._closed:
             return
-        self._enqueue(encode_line(event_record(result, self.hostname, self.pid)), wait=True)
+        self._enqueue(encode_line(event_record(result, self.hostname, self.pid)))
 
     def tube_held(self, hold: TubeHold) -> None:
         """A tube was held back or became servable: queue its record, or for servable, once
@@ -250,20 +243,11 @@ class EventLog(Observer):
     def _queue_changes(self, changes: list[Change]) -> None:
         for change in changes:
             record = tube_record(change.hold, self.hostname, self.pid, change.at)
-            self._enqueue(encode_line(record), wait=False)
+            self._enqueue(encode_line(record))
 
-    def _enqueue(self, line: bytes, wait: bool) -> None:
-        if self._stalled and self._queue.idle():
-            self._stalled = False  # the sink caught up
-        seq = self._queue.put(line)
-        if seq is None:
+    def _enqueue(self, line: bytes) -> None:
+        if self._queue.put(line) is None:
             self._lost("the sink is not keeping up (queue full)")
-        elif wait and not self._stalled and not self._queue.wait_written(seq, self._wait):
-            self._stalled = True
-            log.warning(
-                "event log %s: a write takes over %.1fs; brokers no longer wait for it",
-                self.path, self._wait,
-            )  # fmt: skip
 
     def _write_lines(self, lines: list[bytes]) -> None:
         """The writer thread: each record whole or not at all."""

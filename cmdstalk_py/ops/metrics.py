@@ -238,6 +238,10 @@ class MetricsExporter(Observer):
             "cmdstalk_tube_held", "1 while a tube is held back by its limit or its rate: its "
             "jobs stay queued.", [*pool_tube, "reason"], registry=r,
         )  # fmt: skip
+        self.loop_lag_gauge = prom.Gauge(
+            "cmdstalk_loop_lag_seconds", "How late the supervisor's event loop ran its last "
+            "probe timer: what a kill point or a job start may wait behind.", registry=r,
+        )  # fmt: skip
         self._lock = threading.Lock()
         self._busy: dict[tuple[str, int], bool] = {}
         self._gauges = _queue_gauges(r)
@@ -316,6 +320,9 @@ class MetricsExporter(Observer):
             states = [b for (t, _), b in self._busy.items() if t == tube]
         self.brokers_busy.labels(tube=tube).set(sum(states))
         self.brokers_idle.labels(tube=tube).set(len(states) - sum(states))
+
+    def loop_lag(self, seconds: float) -> None:
+        self.loop_lag_gauge.set(seconds)
 
     def tube_running(self, pool: str, tube: str, running: int, limit: int | None) -> None:
         self.running_gauge.labels(pool=pool, tube=tube).set(running)

@@ -89,6 +89,9 @@ class Observer:
     def heartbeat(self) -> None:
         """Called periodically (about once a second) while the supervisor is healthy."""
 
+    def loop_lag(self, seconds: float) -> None:
+        """How late the event loop ran its last probe timer (a few times a second)."""
+
     def close(self) -> None:
         """The supervisor has stopped; flush and release resources."""
 
@@ -185,6 +188,10 @@ class Observers(Observer):
 
     def heartbeat(self) -> None:
         self._each("heartbeat")
+
+    def loop_lag(self, seconds: float) -> None:
+        if self._hooks["loop_lag"]:
+            self._each("loop_lag", seconds)
 
     def close(self) -> None:
         self._each("close")

@@ -54,9 +54,11 @@ from cmdstalk_py.spark.drainplan import plan_brokers as plan_brokers
 from cmdstalk_py.spark.drainplan import plan_server_brokers
 from cmdstalk_py.spark.drainwatch import DrainError, Watch, backlog, wait_for_servers
 from cmdstalk_py.spark.resultstream import ResultServer, ResultStream, line_fields
-from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.broker import Broker, new_switches
+from cmdstalk_py.supervisor.brokerjob import Switches
 from cmdstalk_py.supervisor.config import Config, parse_address
 from cmdstalk_py.supervisor.results import JobResult
+from cmdstalk_py.supervisor.standalone import serve_standalone
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -122,23 +124,20 @@ def _run_brokers(
     kill_now: threading.Event,
 ) -> None:
     run_config = command_config(config, setup.cwd)
-    threads = []
+    # The task's brokers share one event loop on this thread; kill-now also kills their
+    # commands the way the executor's death must (the kill switch is the same one).
+    switches = new_switches()
+    switches = Switches(switches.stop, switches.kill_now, switches.kill_now)
+    brokers: list[Broker] = []
     for spec in specs:
         address = parse_address(spec.server) if spec.server is not None else None
         broker = Broker(
             run_config, spec.tube, spec.slot, observer=sender, environ=setup.environ,
-            kill=kill_now, kill_now=kill_now, address=address,
+            switches=switches, address=address,
         )  # fmt: skip
-        thread = threading.Thread(
-            target=broker.run,
-            args=(stop, spec.max_jobs, idle_timeout),
-            name=f"broker-{spec.server or ''}/{spec.tube}:{spec.slot}",
-        )
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.5)  # with a timeout: the main thread must run signal handlers
+        brokers.append(broker)
+    limits = [spec.max_jobs for spec in specs]
+    serve_standalone(brokers, stop, limits, idle_timeout, kill_now)
 
 
 def _die_with_the_executor(stop: threading.Event, kill_now: threading.Event) -> Any:

@@ -1,27 +1,29 @@
 """One reserved job, start to end: ``stats-job``, policy, the command, delete/release/bury.
 
-``JobRunner`` is the per-job half of a ``Broker`` (``broker.py`` has the worker loop, the
-reserve and the connection): ``_handle`` takes a reserved job to its ``JobResult``;
-``_run`` runs the command under its ``jobrun.JobRun`` (the deadline, keep-alive, the
-command's requests, and the policy's decision at the end); ``_act`` carries the decision
-out while the reservation is still ours.
-The job's tube comes from its ``stats-job`` (a shared worker watches several).
+``JobHandler.handle`` takes a reserved job to its ``JobResult``, top to bottom: stats-job
+→ precheck → run (under its ``jobrun.JobRun``: the deadline, keep-alive, the command's
+requests) → decide → act. A ``Broker`` owns one handler and tells it, through a
+``JobHooks``, when the job's tube is known (the gate counts it), when the job is over (its
+slot is free) and when to send its next reserve along with the final command. The job's
+tube comes from its ``stats-job`` (a shared worker watches several).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, Buried, NotFound
-from cmdstalk_py.client.pipeline import Client, Job
-from cmdstalk_py.ops.eventlog import WAIT as EVENT_LOG_WAIT
+from cmdstalk_py.client.pipeline import Job
 from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.process import ProcessResult, run_command
-from cmdstalk_py.supervisor.budget import JobBudget
+from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.cmdcheck import CommandCheck
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.jobenv import job_environment
@@ -35,58 +37,66 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cmdstalk.broker")
 
-#: The last job's report is made while the next command runs only if that command's kill
-#: point is further away than this: a report may block (the event log waits up to
-#: ``EVENT_LOG_WAIT`` for a stalled disk), and the kill must not wait behind it.
-REPORT_ROOM = 2 * EVENT_LOG_WAIT
+
+@dataclass(frozen=True)
+class JobHooks:
+    """What the broker does at the turns of a job's life."""
+
+    started: Callable[[str], None]  # the job's tube is known: it runs (the gate counts it)
+    done: Callable[[], None]  # its command is over: the slot is free for the next claim
+    report_pending: Callable[[], None]  # report the previous job now
+    send_ahead: Callable[[AsyncClient], None]  # send the next reserve (after the final command)
 
 
-class JobRunner:
-    """The per-job methods of ``Broker``; the attributes are the broker's."""
+@dataclass(frozen=True)
+class Switches:
+    """A pool's requests to its running commands and workers."""
 
-    config: Config
-    tube: str
-    slot: int
-    connection: HealingConnection
-    reserve_timeout: int | None
-    _observer: Observer
-    _stop: threading.Event
-    _kill: threading.Event
-    _kill_now: threading.Event
-    _budget: JobBudget
-    _argv: list[str]
-    _env: dict[str, str]
-    _joblog: JobLog
-    _cmdcheck: CommandCheck
-    _ticket_held: bool
+    stop: Switch  # no new reservations (shutdown, a reload retiring the pool)
+    kill: Switch  # stop running commands: TERM, grace, KILL (the shutdown timeout)
+    kill_now: Switch  # SIGKILL running commands at once (a second signal)
 
-    def _report_pending(self) -> None:
-        raise NotImplementedError
 
-    def _job_started(self, tube: str) -> None:
-        raise NotImplementedError
+class JobHandler:
+    """Runs the jobs of one broker (``tube``/``slot`` label its results)."""
 
-    def _job_done(self) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        config: Config,
+        tube: str,
+        slot: int,
+        connection: HealingConnection,
+        observer: Observer,
+        switches: Switches,
+        environ: Mapping[str, str],
+        joblog: JobLog,
+    ) -> None:
+        self.config = config
+        self.tube = tube
+        self.slot = slot
+        self.connection = connection
+        self.observer = observer
+        self.switches = switches
+        self.joblog = joblog
+        self.argv = config.argv()
+        self.env = {**environ, **dict(config.env)}
+        self.cmdcheck = CommandCheck(f"{tube}:{slot}", {"tube": tube, "slot": slot})
 
-    def _claim_ahead(self) -> bool:
-        raise NotImplementedError
-
-    # -- one job --------------------------------------------------------------------------
-
-    def _handle(
-        self, client: Client, job: Job, reserved_at: float, started_at: float, prefetch: bool
-    ) -> JobResult:
+    async def handle(
+        self, client: AsyncClient, job: Job, reserved_at: float, started_at: float,
+        hooks: JobHooks, ahead: bool,
+    ) -> JobResult:  # fmt: skip
+        """The job's whole life; ``ahead``: send the next reserve with its final command."""
         try:
-            stats = client.stats_job(job.id)
+            stats = await client.stats_job(job.id)
         except NotFound:
             return self._lost(job, started_at, "NOT_FOUND on stats-job: reservation expired")
         except CONNECTION_ERRORS as e:
-            self._report_pending()  # before what is logged about this job
+            hooks.report_pending()  # before what is logged about this job
             self.connection.drop(e)
             return self._lost(job, started_at, f"connection lost before running: {e}")
         tube = stats["tube"]
-        self._job_started(tube)
+        hooks.started(tube)
         releases, timeouts = stats["releases"], stats["timeouts"]
         # A job reserved just as shutdown began runs like any other: releasing it unrun
         # would count a release against it, and it is bounded by its TTR all the same.
@@ -101,24 +111,29 @@ class JobRunner:
             max_timeouts=self.config.max_timeouts,
         )
         if decision is not None:
-            self._report_pending()  # no command will start: the last job's report goes first
+            hooks.report_pending()  # no command will start: the last job's report first
             log.warning(
                 "buried without running by %s (releases=%d, timeouts=%d, kicks=%d)",
                 decision.reason.value if decision.reason else "precheck",
                 releases, timeouts, stats["kicks"],
-                extra=self._joblog.extra(job.id, "precheck_buried"),
+                extra=self.joblog.extra(job.id, "precheck_buried"),
             )  # fmt: skip
         else:
-            run = self._job_run(client, job, stats, reserved_at)
-            proc = self._run(job, stats, run)
-            self._cmdcheck.check(job.id, proc)
-            # The stop event is never cleared: set now means set before the command ended.
-            decision = run.decide(proc, stopping=self._stop.is_set())
+            run = JobRun(
+                self.config, client, job.id, stats, reserved_at,
+                server=self.connection.address, extra=self.joblog.extra(job.id, "control"),
+                on_lost=self.connection.drop,
+            )  # fmt: skip
+            proc = await self._run(job, stats, run, hooks)
+            self.cmdcheck.check(job.id, proc)
+            # A stop is never undone: set now means set before the command ended.
+            decision = run.decide(proc, stopping=self.switches.stop.is_set())
             error = proc.spawn_error
-        self._job_done()  # before the next claim: this job's slot is free again
-        if prefetch and decision.command != "none":
-            self._reserve_ahead(client)
-        outcome, act_error = self._act(client, job, decision, stats["pri"])
+        hooks.done()  # before the next claim: this job's slot is free again
+        reply = self._send_act(client, job, decision, stats["pri"])
+        if ahead and reply is not None:
+            hooks.send_ahead(client)
+        outcome, act_error = await self._act_result(reply, decision)
         return JobResult(
             job_id=job.id,
             tube=tube,
@@ -146,50 +161,27 @@ class JobRunner:
             pool=self.config.pool,
         )
 
-    def _reserve_ahead(self, client: Client) -> None:
-        """Send the next reserve with this job's final command, holding a ticket for it.
-
-        Only when the next watch set is the one the connection has: changing it takes
-        watch / ignore commands, which ``run_once`` sends before its own reserve.
-        """
-        if self._stop.is_set() or not self._budget.take():
-            return
-        if not self._claim_ahead():
-            self._budget.give_back()
-            return
-        client.reserve_next(self.reserve_timeout)
-        self._ticket_held = True
-
-    def _job_run(self, client: Client, job: Job, stats: StatsJob, reserved_at: float) -> JobRun:
-        return JobRun(
-            self.config,
-            client,
-            job.id,
-            stats,
-            reserved_at,
-            server=self.connection.address,
-            extra=self._joblog.extra(job.id, "control"),
-            on_lost=self.connection.drop,
-        )
-
-    def _run(self, job: Job, stats: StatsJob, run: JobRun) -> ProcessResult:
-        env = job_environment(self._env, job.id, stats["tube"], stats, job.body)
-        self._observer.broker_busy(self.tube, self.slot, True)
-        budget = self._joblog.output_budget(job.id, self.config.output_rate)
+    async def _run(
+        self, job: Job, stats: StatsJob, run: JobRun, hooks: JobHooks
+    ) -> ProcessResult:
+        env = job_environment(self.env, job.id, stats["tube"], stats, job.body)
+        self.observer.broker_busy(self.tube, self.slot, True)
+        budget = self.joblog.output_budget(job.id, self.config.output_rate)
         try:
-            return run_command(
-                self._argv,
+            return await run_command(
+                self.argv,
                 job.body,
                 env,
                 lease=run,
                 grace=run.plan.grace,
                 tail_bytes=self.config.tail_bytes,
-                on_stdout_line=self._joblog.line_logger(job.id, "stdout"),
-                on_stderr_line=self._joblog.line_logger(job.id, "stderr"),
-                stop=self._kill,
-                stop_now=self._kill_now,
-                on_kill=self._joblog.kill_reporter(job.id),
-                on_started=lambda: self._report_beside(run),
+                on_stdout_line=self.joblog.line_logger(job.id, "stdout"),
+                on_stderr_line=self.joblog.line_logger(job.id, "stderr"),
+                stop=self.switches.kill,
+                stop_now=self.switches.kill_now,
+                on_kill=self.joblog.kill_reporter(job.id),
+                # The last job's report, while this one's command runs.
+                on_started=hooks.report_pending,
                 on_spawned=lambda pid: self._report_start(job.id, stats, pid),
                 # CMDSTALK_RUN: kills reach processes that left the group and the tree.
                 marker=True,
@@ -197,43 +189,46 @@ class JobRunner:
                 line_budget=budget,
             )
         finally:
-            self._joblog.output_done()
+            self.joblog.output_done()
             run.finish()
-            self._observer.broker_busy(self.tube, self.slot, False)
-
-    def _report_beside(self, run: JobRun) -> None:
-        """The last job's report, while this job's command runs (``run_command`` calls this
-        once the command has started), unless its kill point is within ``REPORT_ROOM``:
-        the report then comes after the command."""
-        if run.deadline()[0] - time.monotonic() > REPORT_ROOM:
-            self._report_pending()
+            self.observer.broker_busy(self.tube, self.slot, False)
 
     def _report_start(self, job_id: int, stats: StatsJob, pid: int) -> None:
         """Tell the observers (the dashboard) the command runs, and what bounds it."""
         limit, kind = self.config.run_limit(stats["ttr"])
-        self._observer.job_started(
+        self.observer.job_started(
             JobStart(
                 self.config.pool, self.tube, self.slot, stats["tube"], job_id, pid,
                 stats["ttr"], time.time(), limit, kind, self.connection.address,
             )
         )  # fmt: skip
 
-    def _act(
-        self, client: Client, job: Job, decision: Decision, pri: int
-    ) -> tuple[Outcome, str | None]:
-        """Carry out ``decision`` on the reservation we hold; LOST if it is no longer ours.
+    def _send_act(
+        self, client: AsyncClient, job: Job, decision: Decision, pri: int
+    ) -> asyncio.Future[Any] | None:
+        """Send ``decision``'s command on the connection that holds the reservation.
 
         Never on a new connection: if ours broke while the command ran, the server has
         already put the job back (and may have given it to someone else).
         """
         command = decision.command
+        if command == "delete":
+            return client.delete(job.id)
+        if command == "release":
+            return client.release(job.id, pri, decision.delay or 0)
+        if command == "bury":
+            return client.bury(job.id, pri)
+        return None
+
+    async def _act_result(
+        self, reply: asyncio.Future[Any] | None, decision: Decision
+    ) -> tuple[Outcome, str | None]:
+        """The outcome of the final command; LOST if the reservation was no longer ours."""
+        if reply is None:
+            return decision.outcome, None
+        command = decision.command
         try:
-            if command == "delete":
-                client.delete(job.id)
-            elif command == "release":
-                client.release(job.id, pri, decision.delay or 0)
-            elif command == "bury":
-                client.bury(job.id, pri)
+            await reply
         except NotFound:
             return Outcome.LOST, f"NOT_FOUND on {command}: the reservation had expired"
         except Buried:
@@ -245,7 +240,7 @@ class JobRunner:
         return decision.outcome, None
 
     def _lost(self, job: Job, started_at: float, error: str) -> JobResult:
-        result = JobResult(
+        return JobResult(
             job_id=job.id,
             tube=self.tube,
             slot=self.slot,
@@ -263,4 +258,3 @@ class JobRunner:
             server=self.connection.address,
             pool=self.config.pool,
         )
-        return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 
 
 class JobBudget:
@@ -10,37 +10,49 @@ class JobBudget:
 
     A broker takes a ticket before it reserves and gives it back when the reserve times
     out, so at most ``limit`` jobs are ever reserved; ``spent`` once ``limit`` finished.
+    It lives on the supervisor's event loop (one owner, no lock): a broker waiting for a
+    ticket registers a wake-up with ``subscribe``, called when one comes back or the
+    budget is spent.
     """
 
     def __init__(self, limit: int | None) -> None:
         self._limit = limit
         self._left = limit
         self._finished = 0
-        self._lock = threading.Lock()
+        self._subscribers: list[Callable[[], None]] = []
 
     def take(self) -> bool:
         """Take a ticket before reserving; False when none are free right now."""
         if self._left is None:
             return True
-        with self._lock:
-            if self._left <= 0:
-                return False
-            self._left -= 1
-            return True
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        return True
 
     def give_back(self) -> None:
         """The reserve found no job: the ticket returns to the pool."""
         if self._left is None:
             return
-        with self._lock:
-            self._left += 1
+        self._left += 1
+        self._notify()
 
     def finish(self) -> None:
         """A job reserved with a ticket is done."""
         if self._limit is None:
             return
-        with self._lock:
-            self._finished += 1
+        self._finished += 1
+        if self.spent:
+            self._notify()
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when a ticket comes back or the budget is spent."""
+        self._subscribers.append(callback)
+
+    def _notify(self) -> None:
+        subscribers, self._subscribers = self._subscribers, []
+        for callback in subscribers:
+            callback()
 
     @property
     def spent(self) -> bool:

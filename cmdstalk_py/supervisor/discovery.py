@@ -1,21 +1,31 @@
 """Tube discovery for ``--all`` and globs: one ``list-tubes`` poll per server and interval.
 
-``Discovery`` runs on its own thread with its own self-healing connection to one server
-and tells its owner (a pool's ``Site``) which matching tubes exist (``found``) and which
-are gone (``gone``). beanstalkd drops a tube once it is empty and nobody watches or uses
-it, but our own workers watching a tube keep it alive: so a tube counts as gone when it
-has no jobs, nobody uses it, nobody but us watches it, and that stays so for
-``retire_after`` seconds (or when the server no longer lists it at all). The pure rules
-(which names a pool selects, whether a tube looks abandoned) are functions tested alone.
+``Discovery`` runs as a task on the supervisor's event loop with its own self-healing
+connection to one server and tells its owner (a pool's ``Site``) which matching tubes
+exist (``found``) and which are gone (``gone``). beanstalkd drops a tube once it is empty
+and nobody watches or uses it, but our own workers watching a tube keep it alive: so a
+tube counts as gone when it has no jobs, nobody uses it, nobody but us watches it, and
+that stays so for ``retire_after`` seconds (or when the server no longer lists it at all).
+
+A round costs one ``list-tubes`` however many tubes there are. The let-go rule asks
+``stats-tube`` only of tubes that are due (``CheckPlan``): a tube found in use is looked
+at again after a delay that doubles each time, up to ``MAX_CHECK_INTERVALS`` intervals; one
+that looks abandoned, every interval until it has stayed so for ``retire_after``; and never
+more than ``MAX_CHECKS_PER_ROUND`` tubes a round (the others wait their turn). So an idle
+supervisor with a thousand tubes sends a few requests a second, not a thousand. The pure
+rules (which names a pool selects, whether a tube looks abandoned, when a tube is next
+due) are tested alone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fnmatch
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
@@ -26,9 +36,12 @@ log = logging.getLogger("cmdstalk.dispatcher")
 
 #: Discovery intervals an abandoned tube must stay so before its workers are retired.
 RETIRE_INTERVALS = 30
-#: Tubes are looked at (``stats-tube`` each) every this many rounds, not every round:
-#: list-tubes alone is one request a round, however many tubes there are.
-CHECK_EVERY = 10
+#: A tube in use is looked at (``stats-tube``) first this many intervals after it appeared
+#: or was last seen in use; the delay doubles at each look, up to ``MAX_CHECK_INTERVALS``.
+FIRST_CHECK_INTERVALS = 10
+MAX_CHECK_INTERVALS = 120
+#: The most ``stats-tube`` requests in one round; tubes past it wait for the next rounds.
+MAX_CHECKS_PER_ROUND = 20
 
 
 def selector(tubes: Sequence[str], all_tubes: bool) -> Callable[[str], bool]:
@@ -50,6 +63,40 @@ def abandoned(stats: Mapping[str, object], ours: int) -> bool:
     return jobs == 0 and int(str(stats["current-using"])) == 0 and watching <= ours
 
 
+@dataclass
+class CheckPlan:
+    """When each tube is next asked ``stats-tube`` (pure: the clock is passed in)."""
+
+    interval: float
+    due: dict[str, float] = field(default_factory=dict)
+    delay: dict[str, float] = field(default_factory=dict)
+
+    def add(self, tube: str, now: float) -> None:
+        self.delay[tube] = FIRST_CHECK_INTERVALS * self.interval
+        self.due[tube] = now + self.delay[tube]
+
+    def forget(self, tube: str) -> None:
+        self.due.pop(tube, None)
+        self.delay.pop(tube, None)
+
+    def take_due(self, now: float, limit: int = MAX_CHECKS_PER_ROUND) -> list[str]:
+        """Up to ``limit`` tubes whose look is due, most overdue first."""
+        due = [t for t, at in self.due.items() if at <= now]
+        due.sort(key=self.due.__getitem__)
+        return due[:limit]
+
+    def in_use(self, tube: str, now: float) -> None:
+        """Seen in use: look again later, each time later (up to the cap)."""
+        delay = min(self.delay.get(tube, self.interval) * 2, MAX_CHECK_INTERVALS * self.interval)
+        self.delay[tube] = delay
+        self.due[tube] = now + delay
+
+    def looks_abandoned(self, tube: str, now: float) -> None:
+        """Seen abandoned: look every interval until it is let go (or in use again)."""
+        self.delay[tube] = FIRST_CHECK_INTERVALS * self.interval
+        self.due[tube] = now + self.interval
+
+
 class Discovery:
     """Polls one server's tubes for a pool; ``found(names)`` / ``gone(name)`` tell the owner.
 
@@ -67,7 +114,6 @@ class Discovery:
         gone: Callable[[str], None],
         watchers: Callable[[str], int],
         interval: float,
-        stop: threading.Event,
         io_timeout: float,
         max_wait: float,
         observer: Observer,
@@ -75,74 +121,88 @@ class Discovery:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connection = HealingConnection(
-            host, port, where=where, stop=stop, io_timeout=io_timeout, max_wait=max_wait,
+            host, port, where=where, io_timeout=io_timeout, max_wait=max_wait,
             observer=observer, outage=outage,
         )  # fmt: skip
+        self.where = where
         self._select = select
         self._found = found
         self._gone = gone
         self._watchers = watchers
         self._interval = interval
-        self._stop = stop
         self._clock = clock
         self.retire_after = RETIRE_INTERVALS * interval
         self._known: set[str] = set()
-        self._round = 0
+        self._checks = CheckPlan(interval)
         self._empty_since: dict[str, float] = {}
-        self.listed = threading.Event()  # the first tube list is known
-        self.thread = threading.Thread(target=self._loop, name=f"cmdstalk-{where}", daemon=True)
+        self.listed = False  # the first tube list is known
+        self._stopped = False
+        self._wakeup = asyncio.Event()
+        self.task: asyncio.Task[int] | None = None
 
     def start(self) -> None:
-        self.thread.start()
+        self.task = asyncio.get_running_loop().create_task(self._loop(), name=self.where)
 
-    def _loop(self) -> None:
+    async def _loop(self) -> int:
         conn = self.connection
         try:
-            while not self._stop.is_set():
+            while not self._stopped:
                 try:
-                    self.poll(self._clock())
+                    await self.poll(self._clock())
                 except Stopped:
-                    return
+                    return 0
                 except CONNECTION_ERRORS as e:
                     conn.drop(e)
                     continue
-                self.listed.set()
-                self._stop.wait(self._interval)
+                self.listed = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._interval):
+                        await self._wakeup.wait()  # stop() cuts the wait short
         except Exception:  # never take the process down; workers already started go on
             log.exception("tube discovery failed; no new tubes will be served")
         finally:
             conn.close()
+        return 0
 
-    def poll(self, now: float) -> None:
-        """One round: list the tubes, report new ones, retire abandoned ones."""
-        client = self.connection.client()
-        names = [n for n in client.tubes() if self._select(n)]
+    async def poll(self, now: float) -> None:
+        """One round: list the tubes, report new ones, look at those due, retire abandoned."""
+        client = await self.connection.client()
+        names = [n for n in await client.tubes() if self._select(n)]
+        listed = set(names)
         new = [n for n in names if n not in self._known]
         if new:
             self._known.update(new)
+            for tube in new:
+                if tube != "default":  # every connection starts on it: it never goes away
+                    self._checks.add(tube, now)
             self._found(new)
-        for tube in sorted(self._known - set(names)):
+        for tube in sorted(self._known - listed):
             self._retire(tube)  # dropped by the server: nobody watches it any more
-        self._round += 1
-        if self._round % CHECK_EVERY:
-            return
-        for tube in names:
-            if tube == "default":
-                continue  # every connection starts on it: it never goes away
+        due = self._checks.take_due(now)
+        # Sent together, read in order: one round trip for the lot.
+        replies = [(tube, client.stats_tube(tube)) for tube in due]
+        for tube, reply in replies:
             try:
-                stats = client.stats_tube(tube)
+                stats = await reply
             except NotFound:
                 self._retire(tube)
                 continue
             if not abandoned(stats, self._watchers(tube)):
                 self._empty_since.pop(tube, None)
+                self._checks.in_use(tube, now)
             elif now - self._empty_since.setdefault(tube, now) >= self.retire_after:
                 self._retire(tube)
+            else:
+                self._checks.looks_abandoned(tube, now)
 
     def _retire(self, tube: str) -> None:
         self._known.discard(tube)
         self._empty_since.pop(tube, None)
+        self._checks.forget(tube)
         self._gone(tube)
 
-    def abort(self) -> None:
-        self.connection.abort()
+    def stop(self) -> None:
+        """End the polling (and a reconnect under way)."""
+        self._stopped = True
+        self._wakeup.set()
+        self.connection.stop()

@@ -6,18 +6,20 @@ config file several); each is a ``pool.Pool`` with its own workers and stop even
 reserving and lets its running jobs finish, as on SIGTERM; a changed one is stopped the
 same way while its successor starts at once, sharing its gate, so per-tube limits count
 the old pool's running jobs until they end. No running job is killed by a reload. Every
-connection to one server shares one ``OutageReporter``.
+connection to one server shares one ``OutageReporter``. Everything here runs on the
+supervisor's event loop: the pools' workers are its tasks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from collections.abc import Sequence
 
 from cmdstalk_py.client.connection import OutageReporter
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.observers import Observer
+from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
@@ -39,16 +41,17 @@ def as_pools(configs: Config | Sequence[Config]) -> tuple[Config, ...]:
 
 
 class Dispatcher:
-    """Starts and tracks pools; ``stop`` (set by the supervisor) ends reserving everywhere."""
+    """Starts and tracks pools; ``stop`` (set by the supervisor) ends reserving everywhere;
+    ``kill`` and ``kill_now`` reach every pool's running commands."""
 
     def __init__(
         self,
         configs: Config | Sequence[Config],
         observer: Observer,
         *,
-        stop: threading.Event,
-        kill: threading.Event,
-        kill_now: threading.Event,
+        stop: Switch,
+        kill: Switch,
+        kill_now: Switch,
         budget: JobBudget,
     ) -> None:
         self.configs = as_pools(configs)
@@ -58,7 +61,6 @@ class Dispatcher:
         self._kill = kill
         self._kill_now = kill_now
         self._budget = budget
-        self._lock = threading.Lock()
         self._outages: dict[str, OutageReporter] = {}
         self._pools: dict[str, Pool] = {}
         self._retiring: list[Pool] = []  # removed or replaced, finishing their jobs
@@ -66,11 +68,10 @@ class Dispatcher:
 
     def outage(self, address: str) -> OutageReporter:
         """The one reporter of ``address``, shared by every connection to it."""
-        with self._lock:
-            reporter = self._outages.get(address)
-            if reporter is None:
-                reporter = self._outages[address] = OutageReporter(address)
-            return reporter
+        reporter = self._outages.get(address)
+        if reporter is None:
+            reporter = self._outages[address] = OutageReporter(address)
+        return reporter
 
     def _new_pool(self, config: Config, old: Pool | None = None) -> Pool:
         return Pool(
@@ -80,10 +81,9 @@ class Dispatcher:
 
     def start(self) -> None:
         """Start every pool's workers (and discovery for ``--all`` and globs)."""
-        with self._lock:
-            pools = [self._new_pool(c) for c in self.configs]
-            self._pools = {p.name: p for p in pools}
-            self._started = True
+        pools = [self._new_pool(c) for c in self.configs]
+        self._pools = {p.name: p for p in pools}
+        self._started = True
         for pool in pools:
             pool.start()
 
@@ -92,8 +92,7 @@ class Dispatcher:
         new = {c.pool: c for c in as_pools(configs)}
         if self._stop.is_set():
             return  # draining: nothing new starts
-        with self._lock:
-            old = dict(self._pools)
+        old = dict(self._pools)
         started: list[Pool] = []
         for name, pool in old.items():
             if new.get(name) != pool.config:
@@ -102,13 +101,11 @@ class Dispatcher:
             if old.get(name) is not None and old[name].config == config:
                 continue
             pool = self._new_pool(config, old.get(name))
-            with self._lock:
-                self._pools[name] = pool
+            self._pools[name] = pool
             started.append(pool)
-        with self._lock:
-            for name in set(old) - set(new):
-                self._pools.pop(name, None)
-            self.configs = tuple(self._pools[n].config for n in new)
+        for name in set(old) - set(new):
+            self._pools.pop(name, None)
+        self.configs = tuple(self._pools[n].config for n in new)
         for pool in started:
             pool.start()
         log.info(
@@ -119,13 +116,11 @@ class Dispatcher:
 
     def _retire(self, pool: Pool) -> None:
         pool.stop()
-        with self._lock:
-            self._retiring.append(pool)
+        self._retiring.append(pool)
 
     def _all_pools(self) -> list[Pool]:
-        with self._lock:
-            self._retiring = [p for p in self._retiring if any(t.is_alive() for t in p.threads())]
-            return [*self._pools.values(), *self._retiring]
+        self._retiring = [p for p in self._retiring if any(not t.done() for t in p.tasks())]
+        return [*self._pools.values(), *self._retiring]
 
     def servers(self) -> list[str]:
         """Every server of every pool as configured now (a reload may change them), named
@@ -146,8 +141,7 @@ class Dispatcher:
 
     def ready(self) -> bool:
         """True once every pool's initial workers are connected (or their server is down)."""
-        with self._lock:
-            pools = list(self._pools.values()) if self._started else []
+        pools = list(self._pools.values()) if self._started else []
         return bool(pools) and all(p.ready() for p in pools)
 
     def interrupt_idle(self) -> None:
@@ -156,14 +150,14 @@ class Dispatcher:
             pool.stop()
 
     def running(self) -> int:
-        """How many worker, discovery and waker threads are still alive."""
-        return sum(t.is_alive() for pool in self._all_pools() for t in pool.threads())
+        """How many worker and discovery tasks are still going."""
+        return sum(not t.done() for pool in self._all_pools() for t in pool.tasks())
 
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for every pool's threads to finish (after ``stop`` was set)."""
-        for pool in self._all_pools():
-            for thread in pool.threads():
-                thread.join(timeout)
+    async def join(self, timeout: float | None = None) -> None:
+        """Wait for every pool's tasks to finish (after ``stop`` was set)."""
+        tasks = [t for pool in self._all_pools() for t in pool.tasks()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
 
 
 def _servers(config: Config) -> list[str]:

@@ -15,13 +15,14 @@ A reserve that returns a job of tube T turns the worker's claim on T into a runn
 waits on it (a rate token came) is reported by ``wakes``: the pool then interrupts one
 worker blocked in reserve, which claims again. Limits and claims count over the whole pool
 (every server); claims are kept per server, so a tube is never left unwatched on one.
-The clock is passed in (``now``): the tests drive it by hand.
+The clock is passed in (``now``): the tests drive it by hand. The gate lives on the
+supervisor's event loop and has one owner there, so it takes no lock: a worker with
+nothing to watch registers a wake-up (``subscribe``), called at the next change.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ def hold_reason(running: int, claims: int, limit: int | None, tokens: float | No
 
 
 class Gate:
-    """The running jobs, claims and buckets of one pool; thread-safe.
+    """The running jobs, claims and buckets of one pool (on the event loop).
 
     ``limits``: tube → most running jobs; ``rates``: tube → (starts per second, burst).
     ``on_change(tube, reason)`` is called (outside the lock) when a tube becomes held back
@@ -91,10 +92,6 @@ class Gate:
     ) -> None:
         self.limits = dict(limits)
         self._buckets = {t: TokenBucket.full(r, b, now) for t, (r, b) in rates.items()}
-        # Taken three times a job: ``with self._lock`` enters the lock in C, where
-        # ``with self.cond`` would go through Condition's Python methods first.
-        self._lock = threading.RLock()
-        self.cond = threading.Condition(self._lock)
         self.running: Counter[str] = Counter()
         self._claims: Counter[tuple[object, str]] = Counter()  # (server, tube)
         self._held: dict[Key, tuple[object, tuple[str, ...]]] = {}
@@ -103,32 +100,32 @@ class Gate:
         self._reasons: dict[str, str | None] = {}
         self.on_change = on_change
         self.on_count = on_count
+        self._subscribers: list[Callable[[], None]] = []
 
     def reconfigure(
         self, limits: Mapping[str, int], rates: Mapping[str, tuple[float, float]], now: float
     ) -> None:
         """New limits and rates (a reload); running jobs and claims are kept, and a bucket
         whose rate is unchanged keeps its tokens."""
-        with self._lock:
-            self.limits = dict(limits)
-            old = self._buckets
-            self._buckets = {}
-            for tube, (rate, burst) in rates.items():
-                bucket = old.get(tube)
-                if bucket is None or (bucket.rate, bucket.burst) != (rate, burst):
-                    bucket = TokenBucket.full(rate, burst, now)
-                self._buckets[tube] = bucket
-            # A held tube whose limit and rate are gone is servable now, and says so: no
-            # job of it will report the change (metrics and the event log would keep
-            # "held" for good).
-            freed = [
-                tube
-                for tube, reason in self._reasons.items()
-                if reason is not None and tube not in self.limits and tube not in self._buckets
-            ]
-            for tube in freed:
-                self._reasons[tube] = None
-            self.cond.notify_all()
+        self.limits = dict(limits)
+        old = self._buckets
+        self._buckets = {}
+        for tube, (rate, burst) in rates.items():
+            bucket = old.get(tube)
+            if bucket is None or (bucket.rate, bucket.burst) != (rate, burst):
+                bucket = TokenBucket.full(rate, burst, now)
+            self._buckets[tube] = bucket
+        # A held tube whose limit and rate are gone is servable now, and says so: no
+        # job of it will report the change (metrics and the event log would keep
+        # "held" for good).
+        freed = [
+            tube
+            for tube, reason in self._reasons.items()
+            if reason is not None and tube not in self.limits and tube not in self._buckets
+        ]
+        for tube in freed:
+            self._reasons[tube] = None
+        self.notify()
         if self.on_change is not None:
             for tube in freed:
                 self.on_change(tube, None)
@@ -168,68 +165,65 @@ class Gate:
         self, key: Key, server: object, candidates: Iterable[str], now: float
     ) -> tuple[str, ...]:
         """The tubes ``key`` may watch now (claimed until it ``started`` or ``release``s)."""
-        with self._lock:
-            self._drop(key)
-            if self._woken:  # this server's tubes are looked at afresh: wake-ups answered
-                self._woken = {pair for pair in self._woken if pair[0] != server}
-            chosen = tuple(t for t in candidates if self._reason(t, now) is None)
-            for tube in chosen:
-                self._claims[server, tube] += 1
-            if chosen:
-                self._held[key] = (server, chosen)
-            else:
-                self._waiting[key] = server
+        self._drop(key)
+        if self._woken:  # this server's tubes are looked at afresh: wake-ups answered
+            self._woken = {pair for pair in self._woken if pair[0] != server}
+        chosen = tuple(t for t in candidates if self._reason(t, now) is None)
+        for tube in chosen:
+            self._claims[server, tube] += 1
+        if chosen:
+            self._held[key] = (server, chosen)
+        else:
+            self._waiting[key] = server
         self._report(candidates, now)
         return chosen
 
     def started(self, key: Key, tube: str, now: float) -> None:
         """``key`` reserved a job of ``tube``: its claim on it becomes a running job."""
-        with self._lock:
-            self._drop(key)
-            self.running[tube] += 1
-            bucket = self._buckets.get(tube)
-            if bucket is not None:
-                bucket.take(now)
-            self.cond.notify_all()
+        self._drop(key)
+        self.running[tube] += 1
+        bucket = self._buckets.get(tube)
+        if bucket is not None:
+            bucket.take(now)
+        self.notify()
         self._report((tube,), now)
 
     def finished(self, tube: str, now: float) -> None:
         """A job of ``tube`` is over (its command ended)."""
-        with self._lock:
-            self.running[tube] -= 1
-            if self.running[tube] <= 0:
-                del self.running[tube]
-            self.cond.notify_all()
+        self.running[tube] -= 1
+        if self.running[tube] <= 0:
+            del self.running[tube]
+        self.notify()
         self._report((tube,), now)
 
     def release(self, key: Key) -> None:
         """``key`` left reserve without a job (or stopped): its claims go back."""
-        with self._lock:
-            self._drop(key)
-            self.cond.notify_all()
+        self._drop(key)
+        self.notify()
 
-    def wait(
-        self,
-        key: Key,
-        candidates: Callable[[], Iterable[str]],
-        clock: Callable[[], float],
-        stop: threading.Event,
-    ) -> None:
-        """Block while nothing in ``candidates()`` is servable, until any change (or the
-        next token of a rate-held candidate). Both are read under the lock that every
-        change takes, so a change between the caller's claim and this wait is not missed."""
-        with self._lock:
-            tubes = tuple(candidates())
-            now = clock()
-            if stop.is_set() or any(self._reason(t, now) is None for t in tubes):
-                return
-            timeout = self._next_token(tubes, now)
-            self.cond.wait(None if math.isinf(timeout) else max(timeout, 0.001))
+    def next_change(
+        self, candidates: Iterable[str], now: float, callback: Callable[[], None]
+    ) -> float | None:
+        """For a worker with nothing to watch: None if a candidate is servable now;
+        otherwise ``callback`` is registered for the next change (``notify``), and the
+        result is the seconds until a rate-held candidate's next token (inf: none)."""
+        tubes = tuple(candidates)
+        if any(self._reason(t, now) is None for t in tubes):
+            return None
+        self._subscribers.append(callback)
+        return self._next_token(tubes, now)
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, at the next change (the pool's waker)."""
+        self._subscribers.append(callback)
 
     def notify(self) -> None:
-        """Wake every waiting worker (stop, reload)."""
-        with self._lock:
-            self.cond.notify_all()
+        """A change (a job started or ended, claims went back, a reload, a stop): call
+        every registered wake-up once."""
+        if self._subscribers:
+            subscribers, self._subscribers = self._subscribers, []
+            for callback in subscribers:
+                callback()
 
     # -- the pool's side ------------------------------------------------------------------
 
@@ -251,47 +245,44 @@ class Gate:
         """
         out: list[tuple[object, str]] = []
         due = math.inf
-        with self._lock:
-            for server, tubes in candidates.items():
-                tubes = tuple(tubes)
-                due = min(due, self._next_token(tubes, now))
-                if server in self._waiting.values():
-                    continue  # a waiting worker of this server is notified of every change
-                for tube in tubes:
-                    pair = (server, tube)
-                    if self._claims[pair] or pair in self._woken:
-                        continue
-                    if self._reason(tube, now) is None:
-                        self._woken.add(pair)
-                        out.append(pair)
+        for server, tubes in candidates.items():
+            tubes = tuple(tubes)
+            due = min(due, self._next_token(tubes, now))
+            if server in self._waiting.values():
+                continue  # a waiting worker of this server is notified of every change
+            for tube in tubes:
+                pair = (server, tube)
+                if self._claims[pair] or pair in self._woken:
+                    continue
+                if self._reason(tube, now) is None:
+                    self._woken.add(pair)
+                    out.append(pair)
         return out, due
 
     def state(
         self, tubes: Iterable[str], now: float
     ) -> dict[str, tuple[int, int | None, str | None]]:
         """Per tube: (running jobs, limit, hold reason) for metrics and logs."""
-        with self._lock:
-            return {t: (self.running[t], self.limits.get(t), self._reason(t, now)) for t in tubes}
+        return {t: (self.running[t], self.limits.get(t), self._reason(t, now)) for t in tubes}
 
     def _report(self, tubes: Iterable[str], now: float) -> None:
         if not (self.limits or self._buckets):  # ``active``, asked three times a job
             return
         changes = []
         counts = []
-        with self._lock:
-            for tube in tubes:
-                if tube not in self.limits and tube not in self._buckets:
-                    continue
-                counts.append((tube, self.running[tube]))
-                reason = self._reason(tube, now)
-                # A tube whose every slot is claimed by waiting workers is served, not held.
-                if reason == "limit" and self.running[tube] < self.limits[tube]:
-                    reason = None
-                if reason == "rate" and self._claims_of(tube):
-                    reason = None
-                if self._reasons.get(tube) != reason:
-                    self._reasons[tube] = reason
-                    changes.append((tube, reason))
+        for tube in tubes:
+            if tube not in self.limits and tube not in self._buckets:
+                continue
+            counts.append((tube, self.running[tube]))
+            reason = self._reason(tube, now)
+            # A tube whose every slot is claimed by waiting workers is served, not held.
+            if reason == "limit" and self.running[tube] < self.limits[tube]:
+                reason = None
+            if reason == "rate" and self._claims_of(tube):
+                reason = None
+            if self._reasons.get(tube) != reason:
+                self._reasons[tube] = reason
+                changes.append((tube, reason))
         if self.on_count is not None:
             for tube, running in counts:
                 self.on_count(tube, running)

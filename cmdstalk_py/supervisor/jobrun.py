@@ -11,9 +11,9 @@ process result, the job's stats and those requests into a ``policy.Decision``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
-import threading
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from greenstalk import StatsJob
 
-    from cmdstalk_py.client.pipeline import Client
+    from cmdstalk_py.client.aio import AsyncClient
 
 log = logging.getLogger("cmdstalk.broker")
 
@@ -60,21 +60,20 @@ class KillCounts:
 
     def __init__(self, size: int = 65536) -> None:
         self._size = size
-        self._lock = threading.Lock()
         self._counts: OrderedDict[tuple[str, int], int] = OrderedDict()
 
     def add(self, server: str, job_id: int) -> int:
         """Count one more kill of ``job_id``; the kills so far, this one included."""
         key = (server, job_id)
-        with self._lock:
-            count = self._counts.pop(key, 0) + 1
-            self._counts[key] = count
-            if len(self._counts) > self._size:
-                self._counts.popitem(last=False)
+        count = self._counts.pop(key, 0) + 1
+        self._counts[key] = count
+        if len(self._counts) > self._size:
+            self._counts.popitem(last=False)
         return count
 
 
-#: Shared by every broker of this process: a released job may come back to another one.
+#: Shared by every broker of this process (one event loop, or one Spark task's loop at a
+#: time): a released job may come back to another one.
 KILLS = KillCounts()
 
 
@@ -84,7 +83,7 @@ class JobRun:
     def __init__(
         self,
         config: Config,
-        client: Client,
+        client: AsyncClient,
         job_id: int,
         stats: StatsJob,
         reserved_at: float,
@@ -111,6 +110,8 @@ class JobRun:
         self._kill_now: float | None = None  # the reservation is gone: kill at once
         self._refused = False  # the server refused a touch: no more tries for this job
         self._touch_wanted = False
+        self._touching = False  # a touch is out, its reply not in yet
+        self._wake: Callable[[], None] | None = None
         self._last_touch = reserved_at
         self._warned_at: float | None = None
         self._ignored = 0
@@ -129,9 +130,13 @@ class JobRun:
             return self._runtime_end, KillReason.MAX_RUNTIME
         return ttr_at, KillReason.TTR
 
+    def attach(self, wake: Callable[[], None]) -> None:
+        """``run_command``'s wake-up: called when a touch's reply moved the deadline."""
+        self._wake = wake
+
     def next_tick(self) -> float | None:
         """When ``tick`` has a touch to send (None: never, as things stand)."""
-        if self._kill_now is not None or self._refused:
+        if self._kill_now is not None or self._refused or self._touching:
             return None
         due: float | None = None
         if self.config.keep_alive and self._touch_helps():
@@ -143,33 +148,40 @@ class JobRun:
         return due
 
     def tick(self, now: float) -> None:
-        """Touch the job if one is due (keep-alive, or the command asked)."""
+        """Send a touch if one is due (keep-alive, or the command asked); never waits."""
         due = self.next_tick()
         if due is None or now < due:
             return
         self._touch_wanted = False
         if not self._touch_helps():
             return  # --max-runtime comes first: the reservation lasts until then
-        # A silent server must not hold the kill: the reply is awaited until the kill
-        # point at most (then the connection is dropped and the command killed at once).
+        # A silent server must not hold the kill: the reply must come before the kill
+        # point (then the connection is dropped and the command killed at once).
         within = self.deadline()[0] - now
-        try:
-            self._client.touch(self.job_id, within)
-        except NotFound:
-            self._gone(now, "NOT_FOUND on touch: the reservation had expired")
+        self._touching = True
+        reply = self._client.touch(self.job_id, within)
+        reply.add_done_callback(lambda done: self._touched(done, now))
+
+    def _touched(self, reply: asyncio.Future[object], sent: float) -> None:
+        self._touching = False
+        error = reply.exception() if not reply.cancelled() else None
+        if reply.cancelled():
             return
-        except CONNECTION_ERRORS as e:
-            self._on_lost(e)
-            self._gone(now, f"connection lost on touch: {e}")
-            return
-        except ReplyError as e:
+        if isinstance(error, NotFound):
+            self._gone(sent, "NOT_FOUND on touch: the reservation had expired")
+        elif isinstance(error, CONNECTION_ERRORS):
+            self._on_lost(error)
+            self._gone(sent, f"connection lost on touch: {error}")
+        elif isinstance(error, ReplyError):
             # Not a touch the server takes: the TTR runs on, and the kill comes before it.
-            log.warning("touch refused (%s); the TTR deadline stands", e, extra=self._extra)
+            log.warning("touch refused (%s); the TTR deadline stands", error, extra=self._extra)
             self._refused = True
-            return
-        # The server restarted the TTR when it read the touch, after ``now``.
-        self._base = self._last_touch = now
-        self.touches += 1
+        elif error is None:
+            # The server restarted the TTR when it read the touch, after ``sent``.
+            self._base = self._last_touch = sent
+            self.touches += 1
+        if self._wake is not None:
+            self._wake()
 
     def _touch_helps(self) -> bool:
         """Whether a touch moves the deadline: not once ``--max-runtime`` comes first."""
@@ -192,6 +204,8 @@ class JobRun:
             return
         if verb == "touch":
             self._touch_wanted = True
+            if self._wake is not None:
+                self._wake()  # the command's timer re-reads next_tick
         elif verb == "retry-after":
             assert isinstance(arg, int)
             self.request = Request(retry_after=arg)

@@ -11,26 +11,30 @@ KILL and the jobs are released (a TTR kill while draining releases too, see ``de
 A second SIGTERM/SIGINT kills every running command at once and releases its job. SIGHUP
 runs ``on_hup`` (reopen the event log) and, with a ``reload`` source (``--config``), reads
 the pools again and has the dispatcher switch to them; a source that fails (a bad file)
-is logged and the running pools are kept. Signal handlers only count signals; the main
-loop, woken through the signal wakeup fd, acts on the count.
+is logged and the running pools are kept (the file is read off the loop, in asyncio's
+default executor). Signal handlers only count signals and wake the main coroutine, which
+acts on the counts.
+
+Everything runs on one asyncio event loop in the calling thread: the pools' workers and
+discovery are its tasks, their commands' pipes and timers its callbacks. A probe measures
+how late the loop runs a timer (``loop_lag`` to the observers, a metrics gauge) and warns
+when something held the loop over ``LAG_WARN`` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
-import selectors
 import signal
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from types import FrameType
 
 from cmdstalk_py.ops.holdsettle import HoldLog
 from cmdstalk_py.ops.observers import Observer, Observers
 from cmdstalk_py.process import reap_orphans
+from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.dispatcher import Dispatcher, as_pools
@@ -42,6 +46,9 @@ HEARTBEAT_INTERVAL = 1.0
 TICK = 0.25
 # While starting, poll faster so READY goes out soon after the brokers connect.
 STARTING_TICK = 0.02
+#: How often the loop-lag probe runs, and the lag past which it warns (seconds).
+LAG_PROBE = 0.25
+LAG_WARN = 0.1
 
 
 class SupervisorState(enum.Enum):
@@ -81,9 +88,9 @@ class Supervisor:
         self._on_hup = on_hup
         self._reload = reload
         self._reap_orphans = reap_orphans
-        self.stop_reserving = threading.Event()
-        self.kill = threading.Event()
-        self.kill_now = threading.Event()
+        self.stop_reserving = Switch()
+        self.kill = Switch()
+        self.kill_now = Switch()
         self.budget = JobBudget(config.max_jobs)
         self.dispatcher = Dispatcher(
             self.configs,
@@ -98,11 +105,11 @@ class Supervisor:
         self._stop_requests = 0
         self._hups = 0
         self._hups_seen = 0
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poked: asyncio.Event | None = None
         self._drain_started = 0.0
         self._next_heartbeat = 0.0
+        self.loop_lag = 0.0  # the last probe's lateness, seconds
 
     # -- requests from other threads and from signal handlers -------------------------------
 
@@ -117,39 +124,69 @@ class Supervisor:
         self._wake()
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):  # full buffer: a wake-up is already pending
-            self._wake_w.send(b"\0")
+        """Wake the main coroutine (from any thread, or before it runs: nothing to do)."""
+        loop, poked = self._loop, self._poked
+        if loop is None or poked is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(poked.set)
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._stop_requests += 1  # flag only; the wakeup fd wakes the main loop
+    def _on_signal(self) -> None:
+        self._stop_requests += 1  # a flag and a wake-up: the main coroutine acts on it
+        self._wake()
 
-    def _on_sighup(self, signum: int, frame: FrameType | None) -> None:
+    def _on_sighup(self) -> None:
         self._hups += 1
+        self._wake()
 
     # -- the main loop ----------------------------------------------------------------------
 
     def run(self, install_signals: bool = True) -> int:
-        """Serve until stopped. ``install_signals`` needs the main thread."""
-        with self._signals(install_signals), selectors.DefaultSelector() as sel:
-            sel.register(self._wake_r, selectors.EVENT_READ)
+        """Serve until stopped, on a new event loop in this thread. ``install_signals``
+        needs the main thread."""
+        return asyncio.run(self.main(install_signals))
+
+    async def main(self, install_signals: bool = True) -> int:
+        """Serve until stopped, on the running loop; the exit status (0)."""
+        self._loop = asyncio.get_running_loop()
+        self._poked = poked = asyncio.Event()
+        probe = self._loop.create_task(self._probe_lag(), name="loop-lag")
+        with self._signals(install_signals):
             try:
                 self.dispatcher.start()
-                while not self._step(time.monotonic()):
+                while not await self._step(time.monotonic()):
                     tick = STARTING_TICK if self.state is SupervisorState.STARTING else TICK
-                    if sel.select(tick):
-                        self._drain_wakeups()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(tick):
+                            await poked.wait()
+                    poked.clear()
             finally:
-                self._finish()
+                probe.cancel()
+                await self._finish()
         return 0
 
-    def _step(self, now: float) -> bool:
+    async def _probe_lag(self) -> None:
+        """How late the loop runs a timer: what a command's kill point may be late by."""
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + LAG_PROBE
+            await asyncio.sleep(LAG_PROBE)
+            self.loop_lag = lag = max(0.0, loop.time() - expected)
+            self.observer.loop_lag(lag)
+            if lag > LAG_WARN:
+                log.warning(
+                    "the event loop was held for %.0f ms (kill points and job starts wait "
+                    "behind it)", lag * 1000,
+                )  # fmt: skip
+
+    async def _step(self, now: float) -> bool:
         """One pass of the state machine (every transition is here); True once STOPPED."""
         if self._hups != self._hups_seen:
             self._hups_seen = self._hups
             if self._on_hup is not None:
                 self._on_hup()
             if self.state is not SupervisorState.DRAINING:
-                self.reload()
+                await self.reload()
         if self.state is SupervisorState.STARTING and self.dispatcher.ready():
             # STARTING -> RUNNING: every initial broker holds a connection.
             self.state = SupervisorState.RUNNING
@@ -190,13 +227,14 @@ class Supervisor:
             self.observer.heartbeat()
         return False
 
-    def reload(self) -> bool:
+    async def reload(self) -> bool:
         """Read the pools from the ``reload`` source and switch to them (as on SIGHUP);
-        False, with the error logged and the running pools kept, when that fails."""
+        False, with the error logged and the running pools kept, when that fails. The
+        source is read off the loop (a file: disk I/O and parsing)."""
         if self._reload is None:
             return False
         try:
-            configs = self._reload()
+            configs = await asyncio.to_thread(self._reload)
             self.dispatcher.reload(configs)
         except Exception as e:  # a bad file: one line, the running config stays
             log.error("reload failed, keeping the running pools: %s", e)
@@ -211,37 +249,27 @@ class Supervisor:
         self.dispatcher.interrupt_idle()
         self.observer.stopping()
 
-    def _drain_wakeups(self) -> None:
-        with contextlib.suppress(OSError):
-            while self._wake_r.recv(4096):
-                pass
-
-    def _finish(self) -> None:
+    async def _finish(self) -> None:
         if self.state is not SupervisorState.STOPPED:  # an exception got us here: stop everything
             self.stop_reserving.set()
             self.kill_now.set()
             self.dispatcher.interrupt_idle()
-        self.dispatcher.join(timeout=10)
+        await self.dispatcher.join(timeout=10)
         self.state = SupervisorState.STOPPED
         log.info("stopped")
         self.observer.close()
-        self._wake_r.close()
-        self._wake_w.close()
 
     @contextlib.contextmanager
     def _signals(self, install: bool) -> Iterator[None]:
         if not install:
             yield
             return
-        old = {
-            signal.SIGTERM: signal.signal(signal.SIGTERM, self._on_signal),
-            signal.SIGINT: signal.signal(signal.SIGINT, self._on_signal),
-            signal.SIGHUP: signal.signal(signal.SIGHUP, self._on_sighup),
-        }
-        old_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self._on_signal)
+        loop.add_signal_handler(signal.SIGINT, self._on_signal)
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         try:
             yield
         finally:
-            signal.set_wakeup_fd(old_fd)
-            for signum, handler in old.items():
-                signal.signal(signum, handler)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(signum)

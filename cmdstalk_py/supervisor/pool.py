@@ -4,10 +4,11 @@ A pool is one ``Config``. On each of its servers (``Config.servers``, or the one
 it runs either ``workers`` shared workers, each watching all the pool's tubes (the server
 then hands out the most urgent job across them), or, without ``workers``, ``per_tube``
 workers per tube, each watching its one tube (Go cmdstalk's meaning). Both are the same
-``Broker`` with another ``WatchPlan``. ``--all`` and globs take the tubes from a
-``Discovery`` per server; fixed tube lists need none. One ``Gate`` per pool holds its
-per-tube limits and rates; when some are set, a waker thread interrupts a worker blocked in
-reserve when a tube it could serve becomes servable and nobody waits on it.
+``Broker`` with another ``WatchPlan``, each a task on the supervisor's event loop.
+``--all`` and globs take the tubes from a ``Discovery`` per server (a task too); fixed
+tube lists need none. One ``Gate`` per pool holds its per-tube limits and rates; when some
+are set, the pool's waker (a gate subscriber and a timer, no thread) interrupts a worker
+waiting in reserve when a tube it could serve becomes servable and nobody waits on it.
 
 ``stop()`` ends the pool's reserving (a reload removing or replacing it, or shutdown);
 running jobs go on, as on SIGTERM.
@@ -15,16 +16,18 @@ running jobs go on, as on SIGTERM.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable
 
 from cmdstalk_py.client.connection import OutageReporter
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.observers import Observer, TubeHold
+from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.broker import Broker
+from cmdstalk_py.supervisor.brokerjob import Switches
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config, is_glob
 from cmdstalk_py.supervisor.discovery import Discovery, selector
@@ -47,15 +50,13 @@ class Site:
         self.index = index
         self.host, self.port = host, port
         self.address = format_address(host, port)
-        self._lock = threading.Lock()
         self.tubes: list[str] = [] if dynamic(pool.config) else list(pool.config.tubes)
-        self.workers: list[tuple[Broker, threading.Thread]] = []
+        self.workers: list[tuple[Broker, asyncio.Task[int]]] = []
         self.initial: list[Broker] = []
         self.discovery: Discovery | None = None
 
     def candidates(self) -> list[str]:
-        with self._lock:
-            return list(self.tubes)
+        return self.tubes
 
     def start(self) -> None:
         config = self.pool.config
@@ -69,7 +70,7 @@ class Site:
                 self.host, self.port, where=f"{config.pool}:discovery@{self.address}",
                 select=selector(config.tubes, config.all_tubes), found=self.found,
                 gone=self.gone, watchers=self.watchers, interval=config.discover_interval,
-                stop=self.pool.stop_event, io_timeout=config.io_timeout,
+                io_timeout=config.io_timeout,
                 max_wait=config.reconnect_max_wait, observer=self.pool.observer,
                 outage=self.pool.outage(self.address),
             )  # fmt: skip
@@ -84,14 +85,11 @@ class Site:
             plan = WatchPlan((tube,), pool.gate, self.index)
             label, slot = tube, self.index * config.per_tube + slot
         broker = Broker(
-            config, label, slot, pool.observer, stop=pool.stop_event, kill=pool.kill,
-            kill_now=pool.kill_now, budget=pool.budget, outage=pool.outage(self.address),
-            plan=plan, address=(self.host, self.port),
+            config, label, slot, pool.observer, switches=pool.switches, budget=pool.budget,
+            outage=pool.outage(self.address), plan=plan, address=(self.host, self.port),
         )  # fmt: skip
-        thread = threading.Thread(target=broker.run, name=f"cmdstalk-{broker.where}", daemon=True)
-        with self._lock:
-            self.workers.append((broker, thread))
-        thread.start()
+        task = asyncio.get_running_loop().create_task(broker.serve(), name=broker.where)
+        self.workers.append((broker, task))
         return broker
 
     def _start_tube(self, tube: str) -> list[Broker]:
@@ -103,9 +101,9 @@ class Site:
     def found(self, names: Iterable[str]) -> None:
         """Discovery saw new tubes: start their workers, or have the shared ones watch them."""
         new = list(names)
-        with self.pool.gate.cond, self._lock:  # a worker's gate.wait reads them under it
-            self.tubes.extend(new)
-        first = self.discovery is not None and not self.discovery.listed.is_set()
+        self.tubes.extend(new)
+        self.pool.gate.notify()  # a worker waiting on the gate may watch them
+        first = self.discovery is not None and not self.discovery.listed
         if self.pool.config.workers is None:
             for tube in new:
                 started = self._start_tube(tube)
@@ -117,11 +115,10 @@ class Site:
 
     def gone(self, tube: str) -> None:
         """Discovery found ``tube`` abandoned: retire its workers, or stop watching it."""
-        with self.pool.gate.cond, self._lock:
-            if tube in self.tubes:
-                self.tubes.remove(tube)
-            retiring = [b for b, _ in self.workers if self.pool.config.workers is None
-                        and b.tube == tube and not b.retired]  # fmt: skip
+        if tube in self.tubes:
+            self.tubes.remove(tube)
+        retiring = [b for b, _ in self.workers if self.pool.config.workers is None
+                    and b.tube == tube and not b.retired]  # fmt: skip
         log.info("tube %s on %s is gone: no longer served", tube, self.address)
         for broker in retiring:
             broker.retired = True
@@ -134,7 +131,7 @@ class Site:
         """Our connections to this server that watch ``tube`` (they keep it alive)."""
         return sum(
             1 for b in self.brokers()
-            if b.connection.connected.is_set() and tube in b.connection.watching
+            if b.connection.connected and tube in b.connection.watching
         )  # fmt: skip
 
     def rewatch_all(self) -> None:
@@ -143,27 +140,24 @@ class Site:
 
     def brokers(self) -> list[Broker]:
         """The workers, less those retired (which finish a job they may hold, then end)."""
-        with self._lock:
-            return [b for b, _ in self.workers if not b.retired]
+        return [b for b, _ in self.workers if not b.retired]
 
-    def threads(self) -> list[threading.Thread]:
+    def tasks(self) -> list[asyncio.Task[int]]:
         self.prune()
-        with self._lock:
-            threads = [t for _, t in self.workers]
-        if self.discovery is not None:
-            threads.append(self.discovery.thread)
-        return threads
+        tasks = [t for _, t in self.workers]
+        if self.discovery is not None and self.discovery.task is not None:
+            tasks.append(self.discovery.task)
+        return tasks
 
     def prune(self) -> None:
-        """Forget retired workers whose threads have ended."""
-        with self._lock:
-            self.workers = [(b, t) for b, t in self.workers if t.is_alive() or not b.retired]
+        """Forget retired workers that have ended."""
+        self.workers = [(b, t) for b, t in self.workers if not (t.done() and b.retired)]
 
     def connected(self) -> bool:
         """The first tube list is known and the initial workers are connected."""
-        if self.discovery is not None and not self.discovery.listed.is_set():
+        if self.discovery is not None and not self.discovery.listed:
             return False
-        return all(b.connection.connected.is_set() for b in self.initial)
+        return all(b.connection.connected for b in self.initial)
 
     def down(self) -> bool:
         return self.pool.outage(self.address).down
@@ -177,8 +171,8 @@ class Pool:
         config: Config,
         observer: Observer,
         *,
-        kill: threading.Event,
-        kill_now: threading.Event,
+        kill: Switch,
+        kill_now: Switch,
         budget: JobBudget,
         outage: Callable[[str], OutageReporter],
         gate: Gate | None = None,
@@ -186,9 +180,10 @@ class Pool:
         self.config = config
         self.name = config.pool
         self.observer = observer
-        self.kill, self.kill_now, self.budget = kill, kill_now, budget
+        self.budget = budget
         self.outage = outage
-        self.stop_event = threading.Event()
+        # Its own stop (a reload may retire it alone); kill and kill-now are the supervisor's.
+        self.switches = Switches(Switch(), kill, kill_now)
         rates = {t: (r, b) for t, r, b in config.tube_rates}
         if gate is None:
             gate = Gate(dict(config.tube_limits), rates, time.monotonic())
@@ -198,25 +193,28 @@ class Pool:
         gate.on_change = self._held
         gate.on_count = self._count
         self.sites = [Site(self, i, h, p) for i, (h, p) in enumerate(config.addresses)]
-        self._waker: threading.Thread | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
+        self._subscribed = False  # the waker is registered for the gate's next change
+
+    @property
+    def stopped(self) -> bool:
+        return self.switches.stop.is_set()
 
     def start(self) -> None:
         for site in self.sites:
             site.start()
         if self.gate.active:
-            self._waker = threading.Thread(
-                target=self._wake_loop, name=f"cmdstalk-{self.name}-waker", daemon=True
-            )
-            self._waker.start()
+            self._check_wakes()
 
     def stop(self) -> None:
-        """No new reservations: idle workers and discovery are cut short, jobs run on."""
-        self.stop_event.set()
+        """No new reservations: idle workers (each registered on the stop switch) and
+        discovery are cut short, jobs run on."""
+        self.switches.stop.set()
         for site in self.sites:
             if site.discovery is not None:
-                site.discovery.abort()
-            for broker in site.brokers():
-                broker.interrupt()
+                site.discovery.stop()
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
         self.gate.notify()
 
     def brokers(self) -> list[Broker]:
@@ -228,11 +226,8 @@ class Pool:
             seen.update(dict.fromkeys(site.candidates()))
         return list(seen)
 
-    def threads(self) -> list[threading.Thread]:
-        threads = [t for site in self.sites for t in site.threads()]
-        if self._waker is not None:
-            threads.append(self._waker)
-        return threads
+    def tasks(self) -> list[asyncio.Task[int]]:
+        return [t for site in self.sites for t in site.tasks()]
 
     def ready(self) -> bool:
         """Connected on every server; with several, a server that is down waits for none."""
@@ -241,16 +236,29 @@ class Pool:
             bool(up) and all(site in up or site.down() for site in self.sites)
         )
 
-    def _wake_loop(self) -> None:
-        """Wake a worker blocked in reserve for a tube that became servable unwatched."""
+    def _check_wakes(self) -> None:
+        """Wake a worker waiting in reserve for a tube that became servable unwatched; then
+        look again at the gate's next change or the next rate token, whichever is first."""
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+            self._wake_timer = None
+        if self.stopped:
+            return
         gate = self.gate
-        with gate.cond:  # re-entrant: wakes() and rewatch() take it again
-            while not self.stop_event.is_set():
-                pairs, due = gate.wakes({s.index: s.candidates() for s in self.sites},
-                                        time.monotonic())  # fmt: skip
-                for server, tube in pairs:
-                    self._wake_one(self.sites[int(str(server))], tube)
-                gate.cond.wait(None if math.isinf(due) else max(due, 0.001))
+        pairs, due = gate.wakes({s.index: s.candidates() for s in self.sites}, time.monotonic())
+        for server, tube in pairs:
+            self._wake_one(self.sites[int(str(server))], tube)
+        if not self._subscribed:
+            self._subscribed = True
+            gate.subscribe(self._on_gate_change)
+        if not math.isinf(due):
+            loop = asyncio.get_running_loop()
+            self._wake_timer = loop.call_later(max(due, 0.001), self._check_wakes)
+
+    def _on_gate_change(self) -> None:
+        # Called inside the gate's change: look once the change is complete.
+        self._subscribed = False
+        asyncio.get_running_loop().call_soon(self._check_wakes)
 
     def _wake_one(self, site: Site, tube: str) -> None:
         for broker in site.brokers():

@@ -8,7 +8,6 @@ gate only counts; a standalone ``Broker`` gets a plan of its one tube.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 
@@ -51,6 +50,9 @@ class WatchPlan:
     def release(self, key: Hashable) -> None:
         self.gate.release(key)
 
-    def wait(self, key: Hashable, stop: threading.Event) -> None:
-        """Block until a candidate may be servable (or any change): no server request."""
-        self.gate.wait(key, self.candidates, self._clock, stop)
+    def wait_for_change(self, wake: Callable[[], None]) -> float:
+        """For a worker that claimed nothing: 0 if a candidate is servable by now; else
+        ``wake`` is called at the gate's next change, and the result is the seconds until a
+        rate-held candidate's next token (inf: only a change can help)."""
+        timeout = self.gate.next_change(self.candidates(), self._clock(), wake)
+        return 0.0 if timeout is None else timeout

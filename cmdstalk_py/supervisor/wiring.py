@@ -73,6 +73,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             ) from None
         observers.add(eventlog)
         on_hup = eventlog.reopen
+    raise_open_files_limit()
     with _embedded_server(config, extras):
         # Descendants orphaned by a command become ours (killed ones are reaped as they are
         # killed, daemons a job left behind by the supervisor once they exit), instead of
@@ -152,7 +153,7 @@ def _start_dashboard(
 
     def connections() -> list[dict[str, Any]]:
         return [{"where": b.where, "server": b.connection.address,
-                 "connected": b.connection.connected.is_set(), "error": None}
+                 "connected": b.connection.connected, "error": None}
                 for b in supervisor.dispatcher.brokers()]  # fmt: skip
 
     try:
@@ -165,6 +166,20 @@ def _start_dashboard(
         raise click.BadParameter(str(e), param_hint="--http") from None
     observers.add(dashboard)
     log.info("dashboard on %s%s", dashboard.url, "" if extras.http_token else " (actions off)")
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit on open descriptors to the hard one: every worker holds a
+    connection and every running command three or four pipes and a pidfd, so a thousand
+    tubes with six workers each need more than the usual soft limit of 1024 (Go's runtime
+    does the same at start-up). The hard limit, which the administrator sets (systemd's
+    ``LimitNOFILE``), stays the bound."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def require_extra(module: str, extra: str, option: str) -> None:

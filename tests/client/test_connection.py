@@ -18,7 +18,6 @@ from typing import Any
 import greenstalk
 import pytest
 
-from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import (
     CONNECTION_ERRORS,
     BeanstalkdError,
@@ -28,8 +27,7 @@ from cmdstalk_py.client.errors import (
 from cmdstalk_py.client.pipeline import Client, Job
 from cmdstalk_py.client.reader import Reader, set_io_timeout
 from cmdstalk_py.client.replies import parse_stats
-from cmdstalk_py.ops.observers import Observer
-from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until
+from tests.helpers import BeanstalkServer
 
 
 def test_reader_splits_lines_and_bodies_whatever_the_segments() -> None:
@@ -116,7 +114,7 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
     with silent_server() as (host, port):
         sock = socket.create_connection((host, port), timeout=5)
         set_io_timeout(sock, 0.3)
-        sock.settimeout(None)  # the kernel's timeout alone, as HealingConnection sets it up
+        sock.settimeout(None)  # the kernel's timeout alone
         client = Client(sock, io_timeout=0.3)
         started = time.monotonic()
         with pytest.raises(TimeoutError) as raised:
@@ -126,73 +124,6 @@ def test_a_silent_server_fails_a_command_after_the_io_timeout() -> None:
     # The line a broker logs when it drops the connection.
     assert str(raised.value) == "no reply from the server in 0.3s"
     assert 0.25 <= waited < 5
-
-
-class Recorder(OutageReporter):
-    """The real reporter, also keeping what each failed attempt raised."""
-
-    def __init__(self, address: str) -> None:
-        super().__init__(address)
-        self.errors: list[object] = []
-
-    def failed(self, where: str, error: object, retry_in: float) -> None:
-        self.errors.append(error)
-        super().failed(where, error, retry_in)
-
-
-def test_connection_sets_the_io_timeout_on_its_sockets() -> None:
-    with silent_server() as (host, port):
-        stop = threading.Event()
-        outage = Recorder(f"{host}:{port}")
-        connection = HealingConnection(
-            host, port, where="t:0", stop=stop, io_timeout=0.3, outage=outage
-        )
-        # Even on the default tubes connecting asks the server something (READY=1 means
-        # it answers): a silent server fails each attempt after the I/O timeout.
-        done: list[BaseException] = []
-        thread = threading.Thread(target=lambda: _client_or_error(connection, done))
-        thread.start()
-        try:
-            wait_until(lambda: outage.errors, 10, message="a failed attempt")
-        finally:
-            stop.set()
-            connection.abort()
-            thread.join(10)
-            connection.close()
-        assert done and isinstance(done[0], Stopped)
-    # The kernel's timeout, not a Python-level one (that one says "timed out").
-    assert isinstance(outage.errors[0], TimeoutError)
-    assert str(outage.errors[0]) == "no reply from the server in 0.3s"
-
-
-def test_abort_cuts_a_connection_waiting_for_its_first_replies() -> None:
-    with silent_server() as (host, port):
-        stop = threading.Event()
-        connection = HealingConnection(host, port, where="t:0", stop=stop, watch="t")
-        done: list[BaseException] = []
-        thread = threading.Thread(target=lambda: _client_or_error(connection, done))
-        thread.start()
-        try:
-            wait_until(lambda: connection._sock is not None, 10, message="a connection")
-            started = time.monotonic()
-            stop.set()
-            connection.abort()
-            thread.join(10)
-            # The I/O timeout is 30 s: only the abort ends the wait for "watch"'s reply.
-            assert time.monotonic() - started < 5
-        finally:
-            stop.set()
-            connection.abort()
-            thread.join(10)
-            connection.close()
-        assert done and isinstance(done[0], Stopped)
-
-
-def _client_or_error(connection: HealingConnection, done: list[BaseException]) -> None:
-    try:
-        connection.client()
-    except BaseException as e:
-        done.append(e)
 
 
 # -- parse_stats: greenstalk's result on both servers' replies ------------------------------
@@ -373,54 +304,3 @@ def test_a_broken_reserve_reply_raises_a_connection_error(
 def test_connection_errors_are_no_longer_programming_errors() -> None:
     # A bug that raises ValueError or AssertionError must not pass for a lost server.
     assert not any(issubclass(e, (ValueError, AssertionError)) for e in CONNECTION_ERRORS)
-
-
-# -- HealingConnection: reconnects to a restarted server with its use/watch restored --------
-
-
-class _Reconnects(Observer):
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-
-    def reconnected(self, where: str, address: str) -> None:
-        self.seen.append((where, address))
-
-
-def _held_by_one(server: BeanstalkServer, tube: str) -> tuple[int, int]:
-    stats = server.client().stats_tube(tube)
-    return stats["current-using"], stats["current-watching"]
-
-
-def test_a_reconnect_restores_use_and_watch() -> None:
-    observer = _Reconnects()
-    with running_beanstalkd() as first:
-        port = first.port
-        connection = HealingConnection(
-            first.host,
-            port,
-            where="heal:0",
-            stop=threading.Event(),
-            watch="heal-watch",
-            use="heal-use",
-            max_wait=0.2,
-            observer=observer,
-        )
-        try:
-            connection.client()
-            assert _held_by_one(first, "heal-use")[0] == 1
-            assert _held_by_one(first, "heal-watch")[1] == 1
-            assert connection.connected.is_set()
-        except BaseException:
-            connection.close()
-            raise
-    try:
-        connection.drop("server restarted")
-        assert not connection.connected.is_set()
-        with running_beanstalkd(port=port) as second:
-            client = connection.client()  # a new connection: use and watch sent again
-            assert sorted(client.tubes()) == ["default", "heal-use", "heal-watch"]
-            assert _held_by_one(second, "heal-use")[0] == 1
-            assert _held_by_one(second, "heal-watch")[1] == 1
-            assert observer.seen == [("heal:0", f"127.0.0.1:{port}")]
-    finally:
-        connection.close()

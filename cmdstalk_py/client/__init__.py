@@ -9,12 +9,14 @@ Modules:
   to them; ``CONNECTION_ERRORS``, what an unusable connection raises;
 - ``replies``: pure parsers of reply lines, stats YAML and lists;
 - ``reader``: reply lines and data blocks off a socket, the kernel-enforced I/O timeout;
-- ``pipeline``: ``Client``, a small blocking client that can send the next reserve along
-  with a job's final command (the broker), and whose raw reads and writes serve callers
-  that pipeline many commands (the Spark putter and dead-letter export);
+- ``pipeline``: ``Client``, a small blocking client whose raw reads and writes serve
+  callers that pipeline many commands (the Spark putter and dead-letter export);
+- ``framing``: sans-IO reply framing (bytes in, whole replies out, every read bounded);
+- ``aio``: ``AsyncClient``, a connection on the asyncio loop whose commands return
+  futures (pipelined when several are sent before one is awaited): the supervisor's;
 - ``outage``: ``OutageReporter``, one warning (with a hint) per server outage, shared by
   every connection to that server;
-- ``connection``: ``HealingConnection``, a ``Client`` that reconnects with backoff
+- ``connection``: ``HealingConnection``, an ``AsyncClient`` that reconnects with backoff
   (tenacity) and restores its use/watch state.
 
 greenstalk serves everything else that needs no pipelining (and is the tests' oracle).

@@ -55,7 +55,7 @@ class AsyncClient(asyncio.Protocol):
 
     def __init__(self, io_timeout: float = 30.0) -> None:
         self.io_timeout = io_timeout
-        self._loop = asyncio.get_running_loop()
+        self.loop = self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._framer = ReplyFramer()
         self._pending: deque[_Pending] = deque()
@@ -121,6 +121,14 @@ class AsyncClient(asyncio.Protocol):
         if limit is not None and self._watchdog is None:
             self._watchdog = self._loop.call_at(self._loop.time() + limit, self._check_silence)
         return future
+
+    @property
+    def sock(self) -> socket.socket | None:
+        """The connection's socket (for its options; never read or written past us)."""
+        if self._transport is None:
+            return None
+        sock: socket.socket | None = self._transport.get_extra_info("socket")
+        return sock
 
     @property
     def in_flight(self) -> int:

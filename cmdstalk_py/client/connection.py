@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Sequence
 
 import tenacity
@@ -90,10 +91,18 @@ class HealingConnection:
         if self._attempt is not None:
             self._attempt.cancel()
 
+    @property
+    def sock(self) -> socket.socket | None:
+        """The connected socket (None while not connected)."""
+        return None if self._client is None else self._client.sock
+
     async def client(self) -> AsyncClient:
         """The connected client, connecting (with retries) first if needed; or ``Stopped``."""
-        if self._client is not None:
-            return self._client
+        client = self._client
+        if client is not None:
+            if client.loop is asyncio.get_running_loop():
+                return client
+            self.drop(planned=True)  # made on another loop (a standalone broker run again)
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(CONNECTION_ERRORS),
             wait=tenacity.wait_exponential_jitter(multiplier=0.1, max=self._max_wait, jitter=0.2),
@@ -115,11 +124,13 @@ class HealingConnection:
         return client
 
     async def _sleep(self, seconds: float) -> None:
-        if self._wakeup is None:
-            self._wakeup = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wakeup.wait()  # stop() cuts the back-off short
+        self._wakeup = wakeup = asyncio.Event()
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await wakeup.wait()  # stop() cuts the back-off short
+        finally:
+            self._wakeup = None
 
     async def _connect(self) -> AsyncClient:
         if self._stopped:
@@ -199,8 +210,8 @@ class HealingConnection:
         client.close()
 
     def close(self) -> None:
-        """Close the connection for good (on shutdown)."""
-        self.stop()
+        """Close the connection (its owner is done with it; ``client()`` would connect
+        again, unless ``stop()`` was called)."""
         client, self._client = self._client, None
         if client is not None:
             client.close()

@@ -1,22 +1,15 @@
-"""``Client``: a small blocking beanstalkd client that can send a command ahead.
+"""``Client``: a small blocking beanstalkd client, and ``Job``.
 
-A broker finishes a job (delete / release / bury) and then reserves the next one: two
-round trips to the server per job that can be one. ``reserve_next(timeout)`` makes the
-next command go out in the same write as ``reserve-with-timeout <timeout>``; that
-command's reply is read as usual, and the following ``reserve(timeout)`` only reads the
-reply already on its way. beanstalkd answers pipelined commands in order, so nothing else
-may be sent in between (a programming error, raised as ``RuntimeError``).
-
-The raw ``send`` / ``read_line`` / ``read_body`` / ``read_lines`` are public for callers
-that pipeline many commands themselves (the Spark putter and dead-letter export). Errors:
+For the tools that talk to a server from a plain thread: the Spark putter and dead-letter
+export, the dashboard's queue view. The raw ``send`` / ``read_line`` / ``read_body`` /
+``read_lines`` are public for callers that pipeline many commands themselves. Errors:
 ``errors.ReplyError`` for an error word, ``errors.CONNECTION_ERRORS`` when the connection
-is unusable. For anything that does not pipeline, greenstalk's client works as well.
+is unusable. The supervisor's workers use ``aio.AsyncClient`` on the event loop instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,8 +57,6 @@ class Client:
         self.sock = sock
         self._io_timeout = io_timeout
         self._reader = Reader(sock, io_timeout)
-        self._next = b""
-        self._in_flight: bytes | None = None
         if use != DEFAULT_TUBE:
             self.use(use)
         tubes = (watch,) if isinstance(watch, str) else tuple(watch)
@@ -121,44 +112,8 @@ class Client:
         """Every complete reply line that has come, waiting for at least one ``recv``."""
         return self._reader.read_lines(size)
 
-    # -- the next reserve sent ahead ---------------------------------------------------
-
-    def reserve_next(self, timeout: int | None) -> None:
-        """Send ``reserve-with-timeout <timeout>`` (plain ``reserve`` for None) together
-        with the next command."""
-        self._next = _reserve_command(timeout)
-
-    @property
-    def reserve_in_flight(self) -> bool:
-        """A reserve was sent whose reply has not been read yet."""
-        return self._in_flight is not None
-
-    def reply_ready(self, wait: float) -> bool:
-        """The reply to a reserve sent ahead arrives within ``wait`` seconds (or is here)."""
-        if self._in_flight is None:
-            return False
-        if self._reader.buffered:
-            return True  # usually: it came in the same segment as the reply before it
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        try:
-            return bool(poller.poll(max(0, int(wait * 1000))))
-        except OSError:
-            return False
-
     def _command(self, cmd: bytes, expected: bytes, arity: int = 0) -> list[bytes]:
-        if self._in_flight is not None:
-            if cmd != self._in_flight:
-                raise RuntimeError(f"{cmd!r} sent while {self._in_flight!r} is unanswered")
-            self._in_flight = None  # already sent: only its reply is read
-        elif self._next:
-            follow, self._next = self._next, b""
-            # Marked before the write: whatever happens to this command, its follower
-            # was sent (or the connection is broken and gets dropped).
-            self._in_flight = follow
-            self.send(cmd + b"\r\n" + follow + b"\r\n")
-        else:
-            self.send(cmd + b"\r\n")
+        self.send(cmd + b"\r\n")
         return parse_reply(self._reader.read_line(), expected, arity)
 
     def _job(self, cmd: bytes, expected: bytes) -> Job:
@@ -192,12 +147,10 @@ class Client:
 
         ``None``: plain ``reserve``, which waits for a job however long it takes; the I/O
         timeout is lifted meanwhile (a dead peer is found by TCP keepalive, a stop by
-        shutting the socket down from another thread), unless the reply of a reserve sent
-        ahead is already buffered (often, in a busy queue: two system calls saved).
+        shutting the socket down from another thread).
         """
         cmd = _reserve_command(timeout)
-        if timeout is not None or self._reader.buffered:
-            # Its reply (sent ahead) has begun to come: the rest follows, no long wait.
+        if timeout is not None:
             return self._job(cmd, b"RESERVED")
         set_io_timeout(self.sock, 0, send=False)
         try:

@@ -312,6 +312,11 @@ class Broker:
         self._ahead = client.reserve(self.reserve_timeout)
         self._ticket_held = True
 
+    @property
+    def reserve_sent_ahead(self) -> bool:
+        """A reserve went out with the last job's final command; its reply is unread."""
+        return self._ahead is not None
+
     # -- a job's turns, told by the handler -----------------------------------------------
 
     def _job_started(self, tube: str) -> None:

@@ -251,7 +251,7 @@ def test_broker_connects_while_waiting_for_a_budget_ticket(beanstalk: BeanstalkS
     thread = threading.Thread(target=broker.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_until(broker.connection.connected.is_set, 10, message="connected without a ticket")
+        wait_until(lambda: broker.connection.connected, 10, message="connected without a ticket")
     finally:
         stop.set()
         thread.join(10)

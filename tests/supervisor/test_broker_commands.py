@@ -86,7 +86,7 @@ def test_a_shared_worker_sends_its_next_reserve_with_the_delete(
     try:
         first = broker.run_once(prefetch=True)
         assert first is not None and first.outcome is Outcome.DELETED
-        assert broker.connection.client().reserve_in_flight
+        assert broker.reserve_sent_ahead
         (second,) = set(ids) - {first.job_id}
         wait_until(
             lambda: producer.stats_job(second)["state"] == "reserved", 10,

@@ -4,7 +4,6 @@ their command-line spellings."""
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 
@@ -72,27 +71,37 @@ def test_wakes_names_a_servable_tube_nobody_waits_on_once() -> None:
     assert gate.claim("a", 0, ("r", "u"), 1.0) == ("r", "u")
 
 
-def test_wait_returns_at_the_next_token_or_on_a_change() -> None:
+def test_a_waiting_worker_is_woken_by_the_next_change() -> None:
     gate = Gate({"l": 1}, {}, now=0.0)
     gate.claim("a", 0, ("l",), 0.0)
     gate.started("a", "l", 0.0)
     assert gate.claim("b", 0, ("l",), 0.0) == ()
-    stop = threading.Event()
-    waiter = threading.Thread(target=gate.wait, args=("b", lambda: ("l",), lambda: 0.0, stop))
-    waiter.start()
+    woken: list[str] = []
+    # Nothing servable and no rate: only a change can help (no timeout).
+    assert gate.next_change(("l",), 0.0, lambda: woken.append("b")) == math.inf
+    assert woken == []
     gate.finished("l", 0.0)  # notifies (a finished job frees the slot)
-    waiter.join(5)
-    assert not waiter.is_alive()
+    assert woken == ["b"]
+    gate.finished("l", 0.0)
+    assert woken == ["b"], "a wake-up is called once"
     assert gate.claim("b", 0, ("l",), 0.0) == ("l",)
 
 
-def test_wait_returns_at_once_when_a_change_came_before_it() -> None:
+def test_a_worker_asking_after_the_change_does_not_wait() -> None:
     gate = Gate({"l": 1}, {}, now=0.0)
     gate.claim("a", 0, ("l",), 0.0)
     gate.started("a", "l", 0.0)
     assert gate.claim("b", 0, ("l",), 0.0) == ()
-    gate.finished("l", 0.0)  # before b waits: its notify reached nobody
-    gate.wait("b", lambda: ("l",), lambda: 0.0, threading.Event())  # returns, not hangs
+    gate.finished("l", 0.0)  # before b asks: its notify reached nobody
+    assert gate.next_change(("l",), 0.0, lambda: None) is None  # servable: no wait
+
+
+def test_a_rate_held_worker_waits_until_the_next_token() -> None:
+    gate = Gate({}, {"r": (2.0, 1.0)}, now=0.0)
+    gate.claim("a", 0, ("r",), 0.0)
+    gate.started("a", "r", 0.0)  # the one token is spent
+    assert gate.claim("b", 0, ("r",), 0.0) == ()
+    assert gate.next_change(("r",), 0.0, lambda: None) == pytest.approx(0.5)
 
 
 def test_held_and_servable_are_reported_once_each() -> None:

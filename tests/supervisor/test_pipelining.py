@@ -1,106 +1,19 @@
-"""A job's final command and the next reserve in one write (``pipeline.Client``, ``Broker``).
+"""A job's final command and the next reserve sent together (``Broker``).
 
-Against both servers: what a client sent ahead must be visible to the server before the
-client reads its reply, replies must stay in order (errors included), and a broker that
-stops with a reserve sent ahead must lose nothing.
+Against both servers: a broker that stops with a reserve sent ahead must lose nothing, and
+a job's report waits for the next command, never for a job that is not there. (The
+client's pipelining itself: ``tests/client/test_aio.py``.)
 """
 
 from __future__ import annotations
 
-import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import greenstalk
-import pytest
-
-from cmdstalk_py.client.errors import NotFound, TimedOut
-from cmdstalk_py.client.pipeline import Client
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for
-
-
-@contextmanager
-def pipelined_client(server: BeanstalkServer, tube: str) -> Iterator[Client]:
-    sock = socket.create_connection((server.host, server.port), timeout=10)
-    client = Client(sock, use=tube, watch=tube)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def test_the_next_reserve_reaches_the_server_with_the_delete(beanstalk: BeanstalkServer) -> None:
-    producer = beanstalk.client(use="pipe")
-    first = producer.put(b"one", ttr=30)
-    second = producer.put(b"two", ttr=30)
-    with pipelined_client(beanstalk, "pipe") as client:
-        assert client.reserve(5).id == first
-        client.reserve_next(5)
-        client.delete(first)
-        assert client.reserve_in_flight
-        # Reserved by the server before this client asked for the reply.
-        wait_until(
-            lambda: producer.stats_job(second)["state"] == "reserved",
-            10,
-            message="the job reserved by the reserve sent along with the delete",
-        )
-        job = client.reserve(5)
-        assert (job.id, job.body) == (second, b"two")
-        assert not client.reserve_in_flight
-        with pytest.raises(greenstalk.NotFoundError):
-            producer.stats_job(first)
-        client.delete(second)  # back to one command per write
-    assert producer.stats_tube("pipe")["current-jobs-reserved"] == 0
-
-
-def test_reply_ready_sees_a_reserve_reply_sent_ahead(beanstalk: BeanstalkServer) -> None:
-    producer = beanstalk.client(use="ready")
-    first = producer.put(b"one", ttr=30)
-    second = producer.put(b"two", ttr=30)
-    with pipelined_client(beanstalk, "ready") as client:
-        assert not client.reply_ready(0)  # nothing in flight
-        assert client.reserve(5).id == first
-        client.reserve_next(5)
-        client.delete(first)
-        wait_until(
-            lambda: producer.stats_job(second)["state"] == "reserved",
-            10,
-            message="the job reserved by the reserve sent ahead",
-        )
-        # Buffered with the DELETED reply or still in the kernel: ready either way.
-        wait_until(lambda: client.reply_ready(0), 10, message="the reserve reply")
-        assert client.reserve(5).id == second
-        client.delete(second)
-
-def test_an_error_reply_keeps_the_replies_in_order(beanstalk: BeanstalkServer) -> None:
-    with pipelined_client(beanstalk, "pipe-err") as client:
-        client.reserve_next(0)
-        with pytest.raises(NotFound):
-            client.delete(2**31)  # no such job
-        assert client.reserve_in_flight
-        with pytest.raises(TimedOut):
-            client.reserve(0)  # the tube is empty: the reserve sent ahead timed out
-        assert client.stats_tube("pipe-err")["cmd-delete"] == 0
-
-
-def test_another_command_while_a_reserve_is_in_flight_is_refused(
-    beanstalk: BeanstalkServer,
-) -> None:
-    producer = beanstalk.client(use="pipe-misuse")
-    job_id = producer.put(b"x", ttr=30)
-    with pipelined_client(beanstalk, "pipe-misuse") as client:
-        client.reserve_next(0)
-        client.stats_tube("pipe-misuse")
-        with pytest.raises(RuntimeError, match="unanswered"):
-            client.stats_job(job_id)
-        with pytest.raises(RuntimeError, match="unanswered"):
-            client.reserve(5)  # not the reserve that was sent
-        assert client.reserve(0).id == job_id
 
 
 def test_a_broker_closing_with_a_reserve_sent_ahead_loses_nothing(

@@ -369,7 +369,8 @@ def test_an_idle_worker_outlives_the_io_timeout_without_a_request(
         wait_until(lambda: beanstalk.client().stats()["current-waiting"] == 1, 10,
                    message="the worker in reserve")  # fmt: skip
         (broker,) = run.supervisor.dispatcher.brokers()
-        sock = broker.connection.client().sock
+        sock = broker.connection.sock
+        assert sock is not None
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
         before = _commands(beanstalk)
         time.sleep(2.5)  # over twice the I/O timeout; an absence cannot be polled for

@@ -3,9 +3,9 @@
 The command finds the write end of a pipe on the descriptor named in
 ``CMDSTALK_CONTROL_FD`` (3) and may write lines such as ``touch``, ``retry-after 30``,
 ``bury`` or ``progress 40% done`` to it, from any language (``echo touch >&3``).
-``ControlReader`` reads the read end in ``run_command``'s poll loop with bounded work: one
+``ControlReader`` reads the read end on ``run_command``'s event loop with bounded work: one
 read per wakeup, a bounded line buffer (a longer line is cut and then skipped to its end),
-and at most ``budget`` bytes a second (past that the pipe is not polled until the next
+and at most ``budget`` bytes a second (past that the pipe is not watched until the next
 second, so a flood fills the pipe and blocks its writer, never the supervisor).
 ``parse_request`` turns a line into ``(verb, argument)`` or raises ``ControlError``.
 """
@@ -13,7 +13,6 @@ second, so a flood fills the pipe and blocks its writer, never the supervisor).
 from __future__ import annotations
 
 import os
-import select
 from collections.abc import Callable
 
 #: The descriptor the command finds the channel on, and the variable that names it.
@@ -64,18 +63,19 @@ def _shown(text: str) -> str:
 class ControlReader:
     """Splits what a command writes on its channel into lines for ``on_line``.
 
-    Blank lines are skipped. It registers its pipe with ``poller`` (``start``); the caller
-    calls ``on_readable`` when ``poller`` reports the pipe (``fd``) and ``resume`` at
-    ``paused_until`` (a ``time.monotonic()`` value) after the budget stopped the polling.
+    Blank lines are skipped. The owner watches the pipe (``fd``) for reading while
+    ``watch(True)`` is in force (``watch(False)`` ends it; ``start`` gives the first),
+    calls ``on_readable`` when it is readable and ``resume`` at ``paused_until`` (a
+    ``time.monotonic()`` value) after the budget stopped the watching.
     """
 
     __slots__ = (
         "_budget",
         "_on_line",
         "_pending",
-        "_polled",
-        "_poller",
         "_skipping",
+        "_watch",
+        "_watched",
         "_window",
         "_window_bytes",
         "fd",
@@ -86,13 +86,13 @@ class ControlReader:
         self,
         fd: int,
         on_line: Callable[[bytes], None],
-        poller: select.poll,
+        watch: Callable[[bool], None],
         budget: int = BUDGET,
     ) -> None:
         self.fd = fd  # -1 once closed
         self._on_line = on_line
-        self._poller = poller
-        self._polled = False
+        self._watch = watch
+        self._watched = False
         self._budget = budget
         self._pending = bytearray()
         self._skipping = False  # inside a line already refused as too long
@@ -102,32 +102,30 @@ class ControlReader:
 
     def start(self) -> None:
         os.set_blocking(self.fd, False)
-        self._poll(True)
+        self._set_watched(True)
 
     def on_readable(self, now: float) -> None:
         """The pipe is readable (or closed by every writer)."""
         if not self.read(now):
             self.close()  # nothing more can come
         elif self.paused_until is not None:
-            self._poll(False)  # over budget: rest until paused_until
+            self._set_watched(False)  # over budget: rest until paused_until
 
     def resume(self, now: float) -> None:
         if self.paused_until is not None and now >= self.paused_until and self.fd >= 0:
             self.paused_until = None
-            self._poll(True)
+            self._set_watched(True)
 
     def close(self) -> None:
         if self.fd >= 0:
-            self._poll(False)
+            self._set_watched(False)
             os.close(self.fd)
             self.fd = -1
 
-    def _poll(self, on: bool) -> None:
-        if on and not self._polled:
-            self._poller.register(self.fd, select.POLLIN)
-        elif not on and self._polled:
-            self._poller.unregister(self.fd)
-        self._polled = on
+    def _set_watched(self, on: bool) -> None:
+        if on != self._watched:
+            self._watch(on)
+        self._watched = on
 
     def read(self, now: float) -> bool:
         """Read once; False at end of file (every writer closed its end)."""

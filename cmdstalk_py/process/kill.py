@@ -2,12 +2,19 @@
 
 A command runs in its own session, so ``killpg(pid, …)`` reaches everything that stayed in
 its group. Descendants that called ``setsid``/``setpgid`` left that group; psutil finds
-them while they are still below the command in the process tree, so they are collected
-*before* the first signal (once signalled, parents die and the tree falls apart). Those
-that also left the tree (a double fork: their parent exited) were adopted by this
-process, a child subreaper; they carry the run's marker (``marker.py``) and are collected
-by it, before each signal and once more when everything else is gone (a process may
-``setsid`` a new child when it gets SIGTERM).
+them while they are still below the command in the process tree (``scan``). Those that
+also left the tree (a double fork: their parent exited) were adopted by this process, a
+child subreaper; they carry the run's marker (``marker.py``) and are found by it, at each
+scan and once more when everything else is gone (a process may ``setsid`` a new child
+when it gets SIGTERM).
+
+Everything here runs on the event loop except the /proc work: a scan of the process table
+(psutil, the marker's ``environ`` reads) can take long on a loaded host, or hang on one
+process's memory lock, and must hold neither the loop nor a kill. It runs in ``POOL``,
+a small thread pool created on first use: the one place the process package uses threads.
+Signals to the group (``killpg``, one system call) go out on the loop at once; signals to
+the processes a scan found go out from the pool, since psutil checks each one's identity
+in /proc first (so a reused pid is never hit).
 
 Orphans are reparented to init or to the nearest child subreaper. If this process is a
 subreaper (``set_child_subreaper``), the orphans become our children and are reaped here:
@@ -16,18 +23,24 @@ subreaper (``set_child_subreaper``), the orphans become our children and are rea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import psutil
 
 from cmdstalk_py.process.marker import marked_descendants
+from cmdstalk_py.process.switch import Switch
 
 _PR_SET_CHILD_SUBREAPER = 36
+#: Threads for the /proc work of every run on the loop: a few slow scans must not queue
+#: the others behind them, and the bound keeps a mass kill from starting a thread per run.
+POOL_WORKERS = 4
 # How often a waiting killer re-checks whether the tree is gone.
 _CHECK_INTERVAL = 0.01
 # How often it does the expensive check that tells zombies (already dead, waiting for a
@@ -35,6 +48,17 @@ _CHECK_INTERVAL = 0.01
 _DEEP_CHECK_INTERVAL = 0.1
 # After SIGKILL, how long to wait for the tree to disappear before giving up.
 _KILL_SETTLE = 2.0
+
+_T = TypeVar("_T")
+_pool: ThreadPoolExecutor | None = None
+
+
+def in_pool(fn: Callable[..., _T], *args: object) -> asyncio.Future[_T]:
+    """Run ``fn(*args)`` in the process package's thread pool; await the result on the loop."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix="cmdstalk-proc")
+    return asyncio.get_running_loop().run_in_executor(_pool, fn, *args)
 
 
 def set_child_subreaper(enabled: bool = True) -> bool:
@@ -70,6 +94,34 @@ def group_exists(pgid: int) -> bool:
     return True
 
 
+# -- the /proc work (in the pool) -------------------------------------------------------
+
+
+def _scan(
+    leader: int | None, token: str | None
+) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """Every descendant of the (unreaped) ``leader``, and every process marked ``token``."""
+    tree: list[psutil.Process] = []
+    if leader is not None:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            tree = psutil.Process(leader).children(recursive=True)
+    return tree, marked_descendants(token) if token is not None else []
+
+
+def _signal_each(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
+    # psutil refuses to signal a pid that now belongs to a different process.
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            proc.send_signal(sig)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def _live_group_members(pgid: int) -> bool:
     """True if a non-zombie process is in group ``pgid`` (a full /proc scan: use sparingly)."""
     for proc in psutil.process_iter():
@@ -81,72 +133,117 @@ def _live_group_members(pgid: int) -> bool:
     return False
 
 
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+def _ours_to_reap(pgid: int, procs: list[psutil.Process]) -> bool:
+    """A dead descendant whose parent is us, or is in the tree and about to hand it to
+    us (a subreaper adopts it when that parent exits): keep reaping a moment longer.
+    Without this a zombie reparented just after ``reap`` would be left behind.
+    """
+    parents = {os.getpid(), pgid, *(p.pid for p in procs)}
+    for proc in procs:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() in parents:
+                return True
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return False
+
+
+def _left(
+    pgid: int, procs: list[psutil.Process], token: str | None, sig: signal.Signals, deep: bool
+) -> tuple[bool, list[psutil.Process]]:
+    """After the leader was reaped: is anything of the tree left (and what did we find)?
+
+    Descendants alive, or dead and about to become ours to reap, count; so does the group,
+    even with only zombies in it, unless ``deep``: then only a live member counts (a full
+    /proc scan), since a zombie is dead already. When nothing else is left, marked
+    processes not in ``procs`` (one that setsid-ed a child on SIGTERM) get ``sig``, the
+    last signal sent, and are returned: they count.
+    """
+    ours = any(_alive(p) for p in procs) or _ours_to_reap(pgid, procs)
+    if ours or (_live_group_members(pgid) if deep else group_exists(pgid)):
+        return True, []
+    if token is None:
+        return False, []
+    # A process that setsid-ed a child on SIGTERM: that child gets the signal too.
+    known = {p.pid for p in procs}
+    new = [p for p in marked_descendants(token) if p.pid not in known]
+    _signal_each(new, sig)
+    return bool(new), new
+
+
+# -- the killer (on the loop) -----------------------------------------------------------
 
 
 class TreeKiller:
     """Sends TERM then KILL to one command's process group and its descendants.
 
     ``leader`` is the command's pid (= its pgid). While the leader is unreaped its pid
-    cannot be reused, so ``collect`` is only called before the caller reaps it. ``token``
-    is the run's marker value: processes carrying it are collected wherever they are
-    among our descendants.
+    cannot be reused, so the tree below it is only scanned until the caller reaps it (and
+    sets ``leader_reaped``). ``token`` is the run's marker value: processes carrying it
+    are found wherever they are among our descendants. Owned by the loop: the pool gets
+    copies and hands back what it found.
     """
 
-    __slots__ = ("_descendants", "_on_kill", "pgid", "sent", "token")
+    __slots__ = ("_descendants", "_jobs", "_on_kill", "leader_reaped", "pgid", "sent", "token")
 
     def __init__(
         self,
         leader: int,
         on_kill: Callable[[str], None] | None = None,
         token: str | None = None,
+        leader_reaped: bool = False,
     ) -> None:
         self.pgid = leader
         self.token = token
+        self.leader_reaped = leader_reaped
         self._descendants: dict[int, psutil.Process] = {}
         self._on_kill = on_kill
+        self._jobs: set[asyncio.Future[None]] = set()  # signals the pool is sending
         self.sent: list[str] = []
 
-    def collect(self) -> None:
-        """Remember every current descendant of the (unreaped) leader and every marked one."""
-        try:
-            children = psutil.Process(self.pgid).children(recursive=True)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            children = []
-        for child in children:
-            self._descendants.setdefault(child.pid, child)
-        self.collect_marked()
-
-    def collect_marked(self) -> list[psutil.Process]:
-        """Add the live marked processes not yet known; return them."""
-        if self.token is None:
-            return []
-        new = [p for p in marked_descendants(self.token) if p.pid not in self._descendants]
+    async def scan(self) -> None:
+        """Find the descendants and marked processes not yet known (in the pool); those
+        found after a signal went out get the last one sent."""
+        leader = None if self.leader_reaped else self.pgid
+        tree, marked = await in_pool(_scan, leader, self.token)
+        # Reaped during the scan: its pid may have named another process's tree by then.
+        found = marked if self.leader_reaped else tree + marked
+        new = [p for p in found if p.pid not in self._descendants]
         for proc in new:
             self._descendants[proc.pid] = proc
-        return new
+        if new and self.sent:
+            self._pool_signal(new, signal.Signals[self.sent[-1]])
 
     def send(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the group and to every collected descendant, then report it.
-
-        Signals first: the kill must not wait for whatever ``on_kill`` does (logging).
-        """
+        """Send ``sig`` to the group now and to every known descendant (from the pool),
+        then report it. Signals first: the kill must not wait for ``on_kill`` (logging)."""
         self.sent.append(sig.name)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, sig)
-        # psutil refuses to signal a pid that now belongs to a different process.
-        for proc in self._descendants.values():
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-                proc.send_signal(sig)
+        if not self.leader_reaped or group_exists(self.pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, sig)
+        if self._descendants:
+            self._pool_signal(list(self._descendants.values()), sig)
         if self._on_kill is not None:
             self._on_kill(sig.name)
 
+    def abort(self) -> None:
+        """SIGKILL everything known, unreported and without waiting (a run given up)."""
+        if not self.leader_reaped or group_exists(self.pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGKILL)
+        if self._descendants:
+            self._pool_signal(list(self._descendants.values()), signal.SIGKILL)
+
+    def _pool_signal(self, procs: list[psutil.Process], sig: signal.Signals) -> None:
+        job = in_pool(_signal_each, procs, sig)
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
     def reap(self) -> None:
-        """Reap orphans that were reparented to us (only if we are a subreaper)."""
+        """Reap orphans that were reparented to us (only if we are a subreaper).
+
+        System calls with WNOHANG only: cheap enough for the loop.
+        """
         while True:
             try:
                 if os.waitid(os.P_PGID, self.pgid, os.WEXITED | os.WNOHANG) is None:
@@ -157,79 +254,59 @@ class TreeKiller:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 
-    def _remaining(self) -> bool:
-        """Cheap check: anything (maybe only zombies) still in the group or tree?"""
-        if group_exists(self.pgid):
-            return True
-        return any(_alive(p) for p in self._descendants.values()) or self._ours_to_reap()
-
-    def _live(self) -> bool:
-        """Expensive check: anything that is not a zombie left?"""
-        if any(_alive(p) for p in self._descendants.values()):
-            return True
-        return _live_group_members(self.pgid)
-
-    def _ours_to_reap(self) -> bool:
-        """A dead descendant whose parent is us, or is in the tree and about to hand it to
-        us (a subreaper adopts it when that parent exits): keep reaping a moment longer.
-        Without this a zombie reparented just after ``reap`` would be left behind.
-        """
-        parents = {os.getpid(), self.pgid, *self._descendants}
-        for proc in self._descendants.values():
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() in parents:
-                    return True
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return False
-
-    def finish(
-        self,
-        kill_at: float | None,
-        stop_now: threading.Event | None = None,
-    ) -> None:
+    async def finish(self, kill_at: float | None, stop_now: Switch | None = None) -> None:
         """After the leader was reaped: wait for the rest of the tree to go.
 
         ``kill_at`` (monotonic) is when to SIGKILL what remains after a SIGTERM (sooner if
         ``stop_now`` is set); None means SIGKILL was sent already. After SIGKILL, wait at
-        most ``_KILL_SETTLE`` seconds more.
+        most ``_KILL_SETTLE`` seconds more. Short sleeps on the loop; whatever reads /proc
+        goes to the pool, only when the group is gone or a deep check is due, and runs
+        beside the rounds: a slow /proc never holds the SIGKILL.
         """
+        self.leader_reaped = True
         killed = kill_at is None
-        now = time.monotonic()
-        give_up = (kill_at or now) + _KILL_SETTLE
-        next_deep = now + _DEEP_CHECK_INTERVAL
-        while True:
-            self.reap()
-            if not self._remaining() and not self._late_marked():
-                return
-            now = time.monotonic()
-            if now >= next_deep:
-                # Only zombies left (an init that does not reap): they are dead already,
-                # unless reaping them is about to become our job.
-                if not self._live() and not self._ours_to_reap() and not self._late_marked():
-                    return
-                next_deep = now + _DEEP_CHECK_INTERVAL
-            if not killed and (
-                (kill_at is not None and now >= kill_at)
-                or (stop_now is not None and stop_now.is_set())
-            ):
-                # TERM SENT -> KILL SENT
-                self.collect_marked()
-                self.send(signal.SIGKILL)
-                killed = True
-                give_up = now + _KILL_SETTLE
-            elif killed and now >= give_up:
-                return
-            time.sleep(_CHECK_INTERVAL)
+        start = time.monotonic()
+        give_up = (kill_at or start) + _KILL_SETTLE
+        next_deep = start + _DEEP_CHECK_INTERVAL
+        check: asyncio.Task[bool] | None = None
+        try:
+            while True:
+                self.reap()
+                now = time.monotonic()
+                if check is None and (now >= next_deep or not group_exists(self.pgid)):
+                    # (A group still there, zombies at least, is known without /proc.)
+                    deep = now >= next_deep
+                    next_deep = now + _DEEP_CHECK_INTERVAL if deep else next_deep
+                    check = asyncio.ensure_future(self._anything_left(deep))
+                if check is not None and check.done():
+                    if not check.result():
+                        break
+                    check = None
+                if not killed and (
+                    (kill_at is not None and now >= kill_at)
+                    or (stop_now is not None and stop_now.is_set())
+                ):
+                    # TERM SENT -> KILL SENT
+                    self.send(signal.SIGKILL)
+                    killed = True
+                    give_up = now + _KILL_SETTLE
+                elif killed and now >= give_up:
+                    break
+                await asyncio.sleep(_CHECK_INTERVAL)
+        finally:
+            if check is not None:
+                check.cancel()  # given up: its pool job may finish, nobody reads it
+        await self.settle()
 
-    def _late_marked(self) -> bool:
-        """Marked processes that appeared after the last signal (one that ``setsid``-ed a
-        child on SIGTERM): give them that signal too and keep waiting for them."""
-        new = self.collect_marked()
-        if not new or not self.sent:
-            return bool(new)
-        sig = signal.Signals[self.sent[-1]]
+    async def _anything_left(self, deep: bool) -> bool:
+        sig = signal.Signals[self.sent[-1]] if self.sent else signal.SIGTERM
+        procs = list(self._descendants.values())
+        left, new = await in_pool(_left, self.pgid, procs, self.token, sig, deep)
         for proc in new:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-                proc.send_signal(sig)
-        return True
+            self._descendants.setdefault(proc.pid, proc)
+        return left
+
+    async def settle(self) -> None:
+        """Wait until the signals handed to the pool are sent."""
+        while self._jobs:
+            await asyncio.gather(*self._jobs)

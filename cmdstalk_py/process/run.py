@@ -1,20 +1,29 @@
-"""``run_command``: run one job's command to completion on the calling thread.
+"""``run_command``: run one job's command to completion on the running asyncio loop.
 
-One ``poll`` loop watches the stdin pipe (while payload is left), stdout, stderr and a
-pidfd for the process itself, so the payload is written while output is read (no deadlock
-at any size) and the run ends when the *process* exits, not when its pipes close (a
-grandchild may hold them open). No helper threads: a broker thread drives everything.
+Nothing here blocks the loop. The command's stdout, stderr and control channel and a pidfd
+for the process itself are watched with ``loop.add_reader``, its stdin with
+``loop.add_writer``: the payload is written while output is read (no deadlock at any size),
+and the run ends when the *process* exits, not when its pipes close (a grandchild may hold
+them open). One loop timer wakes the run for the next of: the lease's deadline or tick, the
+SIGKILL after the grace period, the end of the control channel's budget pause. ``stop`` and
+``stop_now`` act the moment they are set (``switch.py``). A kill's /proc work runs in
+``kill.py``'s thread pool.
+
+The run's states (``_State``): COMMAND RUNNING -> SCANNING (a kill point was reached; the
+first signal waits a moment for the tree scan) -> TERM SENT -> KILL SENT. The process's
+exit is not a state: it may come in any of them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import enum
+import functools
 import os
-import select
 import signal
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from cmdstalk_py.process.control import CONTROL_ENV, CONTROL_FD, ControlReader
 from cmdstalk_py.process.kill import TreeKiller, group_exists
@@ -26,16 +35,27 @@ from cmdstalk_py.process.result import KillReason, ProcessResult
 from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
 from cmdstalk_py.process.stdin import PayloadWriter
+from cmdstalk_py.process.switch import Switch
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
 _READ_SIZE = 65536
-# After the process exited, how many more poll rounds may read output still in the pipes;
+# After the process exited, how many more rounds may read output still in the pipes;
 # bounds the time a surviving grandchild that keeps writing can hold us.
 _DRAIN_ROUNDS = 64
-_POLLIN = select.POLLIN
+# How long the first signal of a kill waits for the scan of the process tree. Scanned
+# before any signal, the tree is whole; once signalled, parents die and the children that
+# left the group drop out of it. A /proc that is slow must not hold the kill longer.
+_SCAN_WAIT = 0.1
 
 
-def run_command(
+class _State(enum.Enum):
+    RUNNING = "command running"
+    SCANNING = "kill point reached, tree scan under way"
+    TERM_SENT = "SIGTERM sent"
+    KILL_SENT = "SIGKILL sent"
+
+
+async def run_command(
     argv: Sequence[str],
     payload: bytes,
     env: Mapping[str, str],
@@ -45,15 +65,14 @@ def run_command(
     tail_bytes: int = 4096,
     on_stdout_line: Callable[[bytes], None] | None = None,
     on_stderr_line: Callable[[bytes], None] | None = None,
-    stop: threading.Event | None = None,
-    stop_now: threading.Event | None = None,
+    stop: Switch | None = None,
+    stop_now: Switch | None = None,
     on_kill: Callable[[str], None] | None = None,
     on_started: Callable[[], None] | None = None,
     on_spawned: Callable[[int], None] | None = None,
     reap_group: bool = True,
     marker: bool = False,
     max_line_bytes: int = 65536,
-    poll_interval: float = 0.05,
     lease: Lease | None = None,
     on_control: Callable[[bytes], None] | None = None,
     line_budget: LineBudget | None = None,
@@ -65,13 +84,13 @@ def run_command(
     line (without its newline; a line longer than ``max_line_bytes`` in pieces; a last
     line without newline at the end) goes to ``on_stdout_line`` / ``on_stderr_line``; with a
     ``line_budget`` (``output.py``), only as many as it allows, the rest counted there.
+    Every callback is called on the loop and must not block it.
 
     Killing (``killed`` in the result says why): at ``deadline`` (a ``time.monotonic()``
     value) or when ``stop`` is set, SIGTERM goes to the process group and every descendant,
     SIGKILL to whatever is left ``grace`` seconds later; ``stop_now`` sends SIGKILL at once.
-    ``on_kill`` is told each signal sent. Events are checked every ``poll_interval`` s.
-    A ``lease`` (``lease.py``) replaces ``deadline``: a deadline that may move while the
-    command runs, and timed work (``tick``) done on this thread.
+    ``on_kill`` is told each signal sent. A ``lease`` (``lease.py``) replaces ``deadline``:
+    a deadline that may move while the command runs, and timed work (``tick``).
     With ``on_control``, the command gets a control channel (``control.py``): a pipe on
     fd 3, named in ``CMDSTALK_CONTROL_FD``; each request line goes to ``on_control``.
     ``on_started`` is called once the command runs and a payload that fits the pipe buffer
@@ -85,12 +104,14 @@ def run_command(
     a child subreaper). A sentinel (``start_sentinel``) kills the command if we die.
 
     A command that cannot be started gives a result with ``spawn_error`` set; this function
-    does not raise for that. If a line callback raises, the command is killed, reaped and
-    the exception propagates.
+    does not raise for that. If a callback raises, or the coroutine is cancelled, the
+    command is killed (SIGKILL) and reaped, every descriptor closed, and the exception
+    propagates.
     """
     # Built before spawning: bad arguments raise here, with no child to clean up.
     out = OutputStream(tail_bytes, on_stdout_line, max_line_bytes, line_budget)
     err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes, line_budget)
+    loop = asyncio.get_running_loop()
     started = time.monotonic()
     token = new_token()
     # Told before the spawn: a supervisor killed right after it still has this run guarded.
@@ -109,63 +130,28 @@ def run_command(
             describe_spawn_error(exc, argv), time.monotonic() - started
         )
     tell_sentinel(f"={token} {child.pid}")
-    if on_spawned is not None:
-        on_spawned(child.pid)
-    run = _Run(
-        child,
-        token if marker else None,
-        payload,
-        started,
-        out,
-        err,
-        lease,
-        grace,
-        stop,
-        stop_now,
-        on_kill,
-        on_started,
-        poll_interval,
-        on_control,
-    )
+    run = _Run(loop, child, token if marker else None, payload, started, out, err, lease, grace)
+    run.stop, run.stop_now, run.on_control = stop, stop_now, on_control
+    run.on_kill, run.on_started = on_kill, on_started
     try:
-        return run.execute(reap_group)
+        if on_spawned is not None:
+            on_spawned(child.pid)
+        return await run.execute(reap_group)
+    except BaseException:
+        await run.abort()
+        raise
     finally:
         run.close()
         tell_sentinel("-" + token)
 
 
 class _Run:
-    """State of one running command; ``execute`` is the poll loop."""
-
-    __slots__ = (
-        "control",
-        "ended",
-        "err",
-        "grace",
-        "hard",
-        "kill_at",
-        "killed",
-        "killer",
-        "lease",
-        "on_kill",
-        "on_started",
-        "out",
-        "pid",
-        "pidfd",
-        "poll_interval",
-        "poller",
-        "reaped",
-        "started",
-        "status",
-        "stdin",
-        "stop",
-        "stop_now",
-        "streams",
-        "token",
-    )
+    """One running command. ``execute`` starts it and awaits ``drained``; everything in
+    between happens in loop callbacks (``_on_*``), each routed through ``_safe``."""
 
     def __init__(
         self,
+        loop: asyncio.AbstractEventLoop,
         child: Spawned,
         token: str | None,
         payload: bytes,
@@ -174,13 +160,8 @@ class _Run:
         err: OutputStream,
         lease: Lease | None,
         grace: float,
-        stop: threading.Event | None,
-        stop_now: threading.Event | None,
-        on_kill: Callable[[str], None] | None,
-        on_started: Callable[[], None] | None,
-        poll_interval: float,
-        on_control: Callable[[bytes], None] | None = None,
     ) -> None:
+        self.loop = loop
         self.pid = child.pid
         self.token = token
         self.started = started
@@ -188,170 +169,335 @@ class _Run:
         self.out = out
         self.err = err
         self.streams: dict[int, OutputStream] = {child.stdout: out, child.stderr: err}
-        self.poller = select.poll()
-        self.stdin = PayloadWriter(child.stdin, payload, self.poller)
+        self.stdin = PayloadWriter(child.stdin, payload, self._watch_stdin)
+        self.control_fd = child.control
         self.control: ControlReader | None = None
-        if on_control is not None and child.control >= 0:
-            self.control = ControlReader(child.control, on_control, self.poller)
         self.lease = lease
         self.grace = grace
-        self.stop = stop
-        self.stop_now = stop_now
-        self.on_kill = on_kill
-        self.on_started = on_started
-        self.poll_interval = poll_interval
-        self.status: int | None = None  # raw wait status once reaped
-        self.reaped = False
+        self.stop: Switch | None = None
+        self.stop_now: Switch | None = None
+        self.on_kill: Callable[[str], None] | None = None
+        self.on_started: Callable[[], None] | None = None
+        self.on_control: Callable[[bytes], None] | None = None
+        self.state = _State.RUNNING
+        self.first_signal = signal.SIGTERM  # what SCANNING will send
         self.killed: KillReason | None = None
         self.killer: TreeKiller | None = None
-        self.kill_at: float | None = None  # when SIGTERM escalates to SIGKILL
-        self.hard = False  # SIGKILL sent
-        self.pidfd = -1  # opened in execute(), so close() cleans up if that fails
+        self.kill_at: float | None = None  # when TERM SENT escalates to SIGKILL
+        self.status: int | None = None  # raw wait status once reaped
+        self.reaped = False
+        self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
+        self.timer: asyncio.TimerHandle | None = None
+        self.tasks: set[asyncio.Task[None]] = set()  # kill steps under way
+        self.drain_rounds = 0
+        self.live = True  # False once failed, aborted or closed: no more callbacks out
+        self.failure: Exception | None = None  # the first exception a callback raised
+        self.exited: asyncio.Future[None] = loop.create_future()  # the process was reaped
+        # Reaped and drained; or the exception a callback raised.
+        self.drained: asyncio.Future[None] = loop.create_future()
+        # One object each, so that the switches can forget them again.
+        self.stop_cb = functools.partial(self._safe, self._on_stop)
+        self.stop_now_cb = functools.partial(self._safe, self._escalate)
+        self.wake_cb = functools.partial(self._safe, self._on_wake)
 
-    # -- the loop ---------------------------------------------------------------------
+    # -- start and end ----------------------------------------------------------------
 
-    def execute(self, reap_group: bool) -> ProcessResult:
-        poller = self.poller
-        # The pidfd becomes readable when the process exits, whoever holds its pipes.
-        self.pidfd = os.pidfd_open(self.pid)
-        poller.register(self.pidfd, _POLLIN)
-        for fd in self.streams:
-            poller.register(fd, _POLLIN)
-        if self.control is not None:
-            self.control.start()
-        self.stdin.start()
-        # A deadline already past or a stop already requested acts now, not a poll later.
-        self._check_kill(time.monotonic())
+    async def execute(self, reap_group: bool) -> ProcessResult:
+        self._start()
         if self.on_started is not None:
-            # Raising here kills and reaps the command (close() in run_command).
+            # Raising here kills and reaps the command (abort() in run_command).
             self.on_started()
-        drain_rounds = 0
-        while True:
-            timeout = 0 if self.reaped else self._timeout_ms(time.monotonic())
-            events = poller.poll(timeout)
-            for fd, mask in events:
-                if fd == self.pidfd:
-                    self._reap()
-                elif fd == self.stdin.fd:
-                    self.stdin.write()
-                elif fd in self.streams:
-                    self._read(fd, mask)
-                elif self.control is not None and fd == self.control.fd:
-                    if mask & _POLLIN:
-                        self.control.on_readable(time.monotonic())
-                    else:  # hung up with nothing unread: no read needed to see the end
-                        self.control.close()
-            if self.reaped:
-                # Take what is already in the pipes, then stop: whoever still holds them
-                # open is not the command.
-                if not events or not self.streams or drain_rounds >= _DRAIN_ROUNDS:
-                    break
-                drain_rounds += 1
-            elif self.killed is None or not self.hard:
-                self._check_kill(time.monotonic())
+        await self.drained
         self.out.finish()
         self.err.finish()
         if self.control is not None:
             self.control.drain()  # a last request written just before exit
+            self.control.close()
+        while self.tasks:  # a first signal still waiting for its scan, scans
+            await asyncio.gather(*self.tasks)
+        if self.failure is not None:
+            raise self.failure  # from a kill step that ended after the drain
         cleanup: tuple[str, ...] = ()
         if self.killer is not None:
-            self.killer.finish(None if self.hard else self.kill_at, self.stop_now)
+            await self.killer.finish(self.kill_at, self.stop_now)
         elif reap_group and group_exists(self.pid):
-            cleaner = TreeKiller(self.pid)
+            cleaner = TreeKiller(self.pid, leader_reaped=True)
             cleaner.send(signal.SIGTERM)
-            cleaner.finish(time.monotonic() + self.grace, self.stop_now)
+            await cleaner.finish(time.monotonic() + self.grace, self.stop_now)
             cleanup = tuple(cleaner.sent)
         return self._result(cleanup)
 
-    def _timeout_ms(self, now: float) -> int:
-        """Milliseconds until the next thing to check (-1: only I/O can wake us)."""
-        wake: float | None = None
-        if self.killed is None:
-            if self.lease is not None:
-                wake = _earliest(self.lease.deadline()[0], self.lease.next_tick())
-            if self.stop is not None or self.stop_now is not None:
-                wake = _earliest(wake, now + self.poll_interval)
-        elif not self.hard and self.kill_at is not None:
-            wake = self.kill_at
-            if self.stop_now is not None:
-                wake = min(wake, now + self.poll_interval)
+    def _start(self) -> None:
+        loop = self.loop
+        # The pidfd becomes readable when the process exits, whoever holds its pipes.
+        self.pidfd = os.pidfd_open(self.pid)
+        loop.add_reader(self.pidfd, self._on_exit)
+        for fd in self.streams:
+            os.set_blocking(fd, False)  # the drain rounds read without waiting
+            loop.add_reader(fd, self._safe, self._read, fd)
+        if self.on_control is not None and self.control_fd >= 0:
+            self.control = ControlReader(self.control_fd, self.on_control, self._watch_control)
+            self.control.start()
+        self.stdin.start()
+        if self.lease is not None:
+            self.lease.attach(self.wake_cb)
+        # A switch already set or a deadline already past acts now, not a loop turn later.
+        if self.stop_now is not None:
+            self.stop_now.add_callback(self.stop_now_cb)
+        if self.stop is not None:
+            self.stop.add_callback(self.stop_cb)
+        self._check(loop.time())
+
+    async def abort(self) -> None:
+        """The run failed or was cancelled: SIGKILL the command's group and what we know
+        of its tree, and wait for the command's exit so that it is reaped."""
+        self._unwatch()
+        if not self.drained.done():
+            self.drained.cancel()
+        killer = self.killer or TreeKiller(self.pid)
+        killer.leader_reaped = self.reaped
+        killer.abort()
+        if not self.reaped and self.pidfd >= 0:
+            await self.exited  # a second cancellation here: close() leaves it to reap_orphans
+
+    def close(self) -> None:
+        """Release every fd and forget every callback (however the run ended)."""
+        self._unwatch()
+        for switch, fn in ((self.stop, self.stop_cb), (self.stop_now, self.stop_now_cb)):
+            if switch is not None:
+                switch.remove_callback(fn)
+        for task in self.tasks:
+            task.cancel()  # a scan's pool job may finish; nobody reads it
+        self.stdin.close()
+        if self.control is not None:
+            self.control.close()
+        elif self.control_fd >= 0:
+            os.close(self.control_fd)
+        self.control_fd = -1
+        for fd in self.streams:
+            self.loop.remove_reader(fd)
+            os.close(fd)
+        self.streams.clear()
+        if self.pidfd >= 0:
+            self.loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = -1
+        if not self.reaped:
+            untrack(self.pid)  # not waited for to the end: reap_orphans collects it
+
+    def _unwatch(self) -> None:
+        """No more calls into the owner's code: no lines, requests or timed work. Only
+        the process's exit is still watched."""
+        self.live = False
+        self._cancel_timer()
+        for fd in self.streams:
+            self.loop.remove_reader(fd)
+        if self.stdin.fd is not None:
+            self.loop.remove_writer(self.stdin.fd)
         if self.control is not None and self.control.fd >= 0:
-            wake = _earliest(wake, self.control.paused_until)
-        if wake is None:
-            return -1
-        # Round up so we never wake a hair before the deadline and spin.
-        return max(0, int((wake - now) * 1000.0) + 1)
+            self.loop.remove_reader(self.control.fd)
 
-    # -- stdout / stderr --------------------------------------------------------------
+    # -- loop callbacks ---------------------------------------------------------------
 
-    def _read(self, fd: int, mask: int) -> None:
-        # POLLHUP without POLLIN: every writer is gone and nothing is left to read (usually
-        # how a command's pipes end), so the read that would return b"" is saved.
-        data = os.read(fd, _READ_SIZE) if mask & _POLLIN else b""
+    def _safe(self, fn: Callable[..., object], *args: object) -> None:
+        """Call one of this run's loop callbacks. An exception ends the run with it (the
+        coroutine kills, reaps and raises) rather than going to the loop's handler."""
+        if not self.live:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        if self.failure is None:
+            self.failure = exc
+        if not self.drained.done():
+            self.drained.set_exception(exc)
+        self._unwatch()
+
+    def _read(self, fd: int) -> bool:
+        """One read from stdout or stderr; False if the pipe had nothing for us."""
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return False
         if data:
             self.streams[fd].feed(data)
-            return
-        self.poller.unregister(fd)
+            return True
+        # End of file: every writer is gone.
+        self.loop.remove_reader(fd)
         del self.streams[fd]
         os.close(fd)
+        return True
 
-    # -- exit and killing -------------------------------------------------------------
+    def _watch_stdin(self, on: bool) -> None:
+        fd = self.stdin.fd
+        assert fd is not None
+        if on:
+            self.loop.add_writer(fd, self._safe, self.stdin.write)
+        else:
+            self.loop.remove_writer(fd)
 
-    def _reap(self) -> None:
+    def _watch_control(self, on: bool) -> None:
+        if on:
+            self.loop.add_reader(self.control_fd, self._safe, self._on_control)
+        else:
+            self.loop.remove_reader(self.control_fd)
+
+    def _on_control(self) -> None:
+        assert self.control is not None
+        self.control.on_readable(self.loop.time())
+        self._rearm()  # over its budget, the channel rests until paused_until
+
+    def _on_exit(self) -> None:
+        """The pidfd is readable: the process exited. Reap it (WNOHANG: it is a zombie)."""
+        status: int | None
         try:
-            _, self.status = os.waitpid(self.pid, 0)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
-            self.status = None  # someone else reaped it (a waitpid(-1) elsewhere)
+            pid, status = self.pid, None  # someone else reaped it (a waitpid(-1) elsewhere)
+        if pid == 0:
+            return
+        self.status = status
         untrack(self.pid)
         self.ended = time.monotonic()
         self.reaped = True
-        self.poller.unregister(self.pidfd)
+        if self.killer is not None:
+            self.killer.leader_reaped = True  # its pid may be reused once the group is gone
+        self.exited.set_result(None)
+        self.loop.remove_reader(self.pidfd)
         os.close(self.pidfd)
         self.pidfd = -1
         self.stdin.close()  # nobody left to read the rest of the payload
+        if not self.live:
+            return  # aborting: nobody waits for the output any more
+        for fd in self.streams:
+            self.loop.remove_reader(fd)  # the drain rounds take over
+        self._rearm()
+        self.loop.call_soon(self._safe, self._drain)
 
-    def _check_kill(self, now: float) -> None:
+    def _drain(self) -> None:
+        """One round after the exit: take what is already in the pipes, then stop: whoever
+        still holds them open is not the command."""
+        took = [self._read(fd) for fd in list(self.streams)]
+        if any(took) and self.streams and self.drain_rounds < _DRAIN_ROUNDS:
+            self.drain_rounds += 1
+            self.loop.call_soon(self._safe, self._drain)
+        elif not self.drained.done():
+            self.drained.set_result(None)
+
+    def _on_timer(self, when: float) -> None:
+        self.timer = None
+        # The loop may run a timer a clock tick early; it is due all the same.
+        self._check(max(self.loop.time(), when))
+
+    def _on_wake(self) -> None:
+        """The lease's deadline or next tick changed by itself: re-arm (a deadline now
+        past fires the timer in this loop turn)."""
+        self._rearm()
+
+    def _on_stop(self) -> None:
+        if not self.reaped and self.state is _State.RUNNING:
+            self._kill_point(KillReason.SHUTDOWN, hard=False)
+
+    # -- the clock --------------------------------------------------------------------
+
+    def _check(self, now: float) -> None:
         if self.control is not None:
             self.control.resume(now)
-        if self.stop_now is not None and self.stop_now.is_set():
-            self._escalate(KillReason.SHUTDOWN)
-        elif self.killed is None:
+        if not self.reaped and self.state is _State.RUNNING and self.lease is not None:
             lease = self.lease
-            if lease is not None:
-                tick = lease.next_tick()
-                if tick is not None and now >= tick:
-                    lease.tick(now)
-                deadline, reason = lease.deadline()
-                if now >= deadline:
-                    self._terminate(reason, now)
-                    return
-            if self.stop is not None and self.stop.is_set():
-                self._terminate(KillReason.SHUTDOWN, now)
-        elif self.kill_at is not None and now >= self.kill_at:
-            self._escalate(self.killed)
+            tick = lease.next_tick()
+            if tick is not None and now >= tick:
+                lease.tick(now)
+            deadline, reason = lease.deadline()
+            if now >= deadline:
+                self._kill_point(reason, hard=False)
+        elif self.state is _State.TERM_SENT and self.kill_at is not None and now >= self.kill_at:
+            self._escalate()
+        self._rearm()
 
-    def _terminate(self, reason: KillReason, now: float) -> None:
-        # COMMAND RUNNING -> TERM SENT (SIGKILL follows at kill_at)
-        self.killed = reason
-        self.killer = TreeKiller(self.pid, self.on_kill, self.token)
-        self.killer.collect()
-        if self.grace <= 0:
-            self._escalate(reason)
+    def _rearm(self) -> None:
+        """Keep the one timer at the next thing due (none: only I/O can wake us)."""
+        wake: float | None = None
+        if not self.reaped:
+            if self.state is _State.RUNNING and self.lease is not None:
+                wake = _earliest(self.lease.deadline()[0], self.lease.next_tick())
+            elif self.state is _State.TERM_SENT:
+                wake = self.kill_at
+        if self.control is not None and self.control.fd >= 0:
+            wake = _earliest(wake, self.control.paused_until)
+        if self.timer is not None and self.timer.when() == wake:
             return
-        self.killer.send(signal.SIGTERM)
-        self.kill_at = now + self.grace
+        self._cancel_timer()
+        if wake is not None and self.live:
+            self.timer = self.loop.call_at(wake, self._safe, self._on_timer, wake)
 
-    def _escalate(self, reason: KillReason) -> None:
-        # COMMAND RUNNING or TERM SENT -> KILL SENT
-        if self.killed is None:
-            self.killed = reason
-        if self.killer is None:
-            self.killer = TreeKiller(self.pid, self.on_kill, self.token)
-        self.killer.collect()  # new children may have appeared since SIGTERM
-        self.killer.send(signal.SIGKILL)
-        self.hard = True
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
-    # -- result and cleanup -----------------------------------------------------------
+    # -- killing ----------------------------------------------------------------------
+
+    def _kill_point(self, reason: KillReason, hard: bool) -> None:
+        # COMMAND RUNNING -> SCANNING (the first signal follows the scan, or _SCAN_WAIT)
+        self.killed = reason
+        self.state = _State.SCANNING
+        self.first_signal = signal.SIGKILL if hard or self.grace <= 0 else signal.SIGTERM
+        self.killer = TreeKiller(self.pid, self.on_kill, self.token)
+        self._task(self._signal_first(self.killer))
+
+    async def _signal_first(self, killer: TreeKiller) -> None:
+        scan = self._task(killer.scan())
+        await asyncio.wait({scan}, timeout=_SCAN_WAIT)
+        # What the scan finds later gets the signal sent by then (TreeKiller.scan).
+        if self.live:
+            self._send(self.first_signal)
+
+    def _escalate(self) -> None:
+        """``stop_now`` is set, or the grace period is over."""
+        if self.reaped:
+            return  # the killer's finish() watches stop_now and kill_at from here
+        if self.state is _State.RUNNING:
+            self._kill_point(KillReason.SHUTDOWN, hard=True)
+        elif self.state is _State.SCANNING:
+            self.first_signal = signal.SIGKILL  # the scan is under way: it goes out next
+        elif self.state is _State.TERM_SENT:
+            self._send(signal.SIGKILL)
+            assert self.killer is not None
+            self._task(self.killer.scan())  # children started since SIGTERM
+
+    def _send(self, sig: signal.Signals) -> None:
+        if sig is signal.SIGKILL:
+            # SCANNING or TERM SENT -> KILL SENT
+            self.state = _State.KILL_SENT
+            self.kill_at = None
+        else:
+            # SCANNING -> TERM SENT (SIGKILL follows at kill_at)
+            self.state = _State.TERM_SENT
+            self.kill_at = self.loop.time() + self.grace
+        assert self.killer is not None
+        # Its on_kill may set stop_now: _escalate runs inside, on the new state.
+        self.killer.send(sig)
+        self._rearm()
+
+    def _task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = self.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, Exception) and self.live:
+            self._fail(exc)
+
+    # -- the result -------------------------------------------------------------------
 
     def _result(self, cleanup: tuple[str, ...]) -> ProcessResult:
         status = self.status
@@ -373,24 +519,6 @@ class _Run:
             kill_signals=tuple(self.killer.sent) if self.killer is not None else (),
             cleanup_signals=cleanup,
         )
-
-    def close(self) -> None:
-        """Release every fd; if we got here by an exception, kill and reap the command."""
-        if not self.reaped:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, 0)
-            untrack(self.pid)
-            self.reaped = True
-        self.stdin.close()
-        if self.control is not None:
-            self.control.close()
-        for fd in (self.pidfd, *self.streams):
-            if fd >= 0:
-                os.close(fd)
-        self.pidfd = -1
-        self.streams.clear()
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

@@ -1,9 +1,10 @@
-"""Writing a job's payload to its command's stdin without ever blocking the poll loop."""
+"""Writing a job's payload to its command's stdin without ever blocking the event loop."""
 
 from __future__ import annotations
 
 import os
 import select
+from collections.abc import Callable
 
 # A write of at most PIPE_BUF bytes to a fresh pipe always fits (even a pipe shrunk to its
 # minimum size), so small payloads skip switching the pipe to non-blocking mode.
@@ -14,17 +15,18 @@ class PayloadWriter:
     """The write end of a command's stdin and what is left to write to it.
 
     ``start`` writes a small payload at once and closes stdin; a larger one is written as
-    the pipe takes it: ``write`` when ``poller`` reports the pipe writable. ``fd`` is None
+    the pipe takes it: the owner watches ``fd`` for writability while ``watch(True)`` is in
+    force (``watch(False)`` ends it) and calls ``write`` when it is writable. ``fd`` is None
     once stdin is closed (all written, or the command stopped reading).
     """
 
-    __slots__ = ("fd", "payload", "polled", "poller", "written")
+    __slots__ = ("fd", "payload", "watch", "watched", "written")
 
-    def __init__(self, fd: int, payload: bytes, poller: select.poll) -> None:
+    def __init__(self, fd: int, payload: bytes, watch: Callable[[bool], None]) -> None:
         self.fd: int | None = fd
         self.payload = memoryview(payload)
-        self.poller = poller
-        self.polled = False  # registered for POLLOUT (payload larger than PIPE_BUF)
+        self.watch = watch
+        self.watched = False  # the owner watches fd (payload larger than PIPE_BUF)
         self.written = 0
 
     def start(self) -> None:
@@ -44,8 +46,8 @@ class PayloadWriter:
             os.set_blocking(fd, False)
             self.write()
             if self.fd is not None:
-                self.poller.register(fd, select.POLLOUT)
-                self.polled = True
+                self.watch(True)
+                self.watched = True
 
     def write(self) -> None:
         fd = self.fd
@@ -54,7 +56,7 @@ class PayloadWriter:
             while self.written < len(self.payload):
                 self.written += os.write(fd, self.payload[self.written :])
         except BlockingIOError:
-            return  # pipe full: poll tells us when there is room
+            return  # pipe full: the loop tells us when there is room
         except BrokenPipeError:
             pass
         self.close()
@@ -64,7 +66,7 @@ class PayloadWriter:
         if fd is None:
             return
         self.fd = None
-        if self.polled:
-            self.poller.unregister(fd)
-            self.polled = False
+        if self.watched:
+            self.watch(False)  # before the close: the loop must not watch a closed fd
+            self.watched = False
         os.close(fd)

@@ -98,10 +98,10 @@ class HealingConnection:
 
     async def client(self) -> AsyncClient:
         """The connected client, connecting (with retries) first if needed; or ``Stopped``."""
-        client = self._client
-        if client is not None:
-            if client.loop is asyncio.get_running_loop():
-                return client
+        current = self._client
+        if current is not None:
+            if current.loop is asyncio.get_running_loop():
+                return current
             self.drop(planned=True)  # made on another loop (a standalone broker run again)
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(CONNECTION_ERRORS),

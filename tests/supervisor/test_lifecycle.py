@@ -1,14 +1,18 @@
 """The supervisor's state machine, one ``_step(now)`` at a time, on a hand-driven clock.
 
-The dispatcher and its brokers are real (threads, a real server, real job commands); only
-the clock the lifecycle reads is ours, so the shutdown timeout and the heartbeat are
-checked at exact instants without waiting for them. What the brokers do in reaction (a job
-killed, a broker gone) is polled for with a deadline, stepping at the same instant.
+The dispatcher and its brokers are real (an event loop on a thread of the test's, a real
+server, real job commands); only the clock the lifecycle reads is ours, so the shutdown
+timeout and the heartbeat are checked at exact instants without waiting for them. Each
+step runs on that loop, as the main coroutine would run it. What the brokers do in
+reaction (a job killed, a broker gone) is polled for with a deadline, stepping at the
+same instant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,21 +23,46 @@ from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for
 
 T0 = 1000.0  # any instant: the lifecycle only compares differences
+_LOOPS: dict[int, asyncio.AbstractEventLoop] = {}
+
+
+def _on_loop(sup: Supervisor, work: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    return asyncio.run_coroutine_threadsafe(work(), _LOOPS[id(sup)]).result(30)
+
+
+def step(sup: Supervisor, now: float) -> bool:
+    """One ``_step(now)`` on the supervisor's loop."""
+    return bool(_on_loop(sup, lambda: sup._step(now)))
+
+
+def start(sup: Supervisor) -> None:
+    async def started() -> None:
+        sup.dispatcher.start()
+
+    _on_loop(sup, started)
 
 
 @contextmanager
 def stepped(
-    server: BeanstalkServer, cmd: str, *, start: bool = True, **overrides: Any
+    server: BeanstalkServer, cmd: str, *, start_now: bool = True, **overrides: Any
 ) -> Iterator[tuple[Supervisor, Collector]]:
     """A Supervisor whose main loop is the test: its dispatcher runs, nobody calls run()."""
     collector = Collector()
     sup = Supervisor(config_for(server, cmd, **overrides), collector)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    _LOOPS[id(sup)] = loop
     try:
-        if start:
-            sup.dispatcher.start()
+        if start_now:
+            start(sup)
         yield sup, collector
     finally:
-        sup._finish()  # what run() does on the way out, killing whatever still runs
+        _on_loop(sup, sup._finish)  # what run() does on the way out, killing what runs
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        del _LOOPS[id(sup)]
 
 
 def step_until(sup: Supervisor, now: float, state: SupervisorState) -> bool:
@@ -44,7 +73,7 @@ def step_until(sup: Supervisor, now: float, state: SupervisorState) -> bool:
     returned: list[bool] = []
 
     def reached() -> bool:
-        returned.append(sup._step(now))
+        returned.append(step(sup, now))
         return sup.state is state
 
     wait_until(reached, 15, message=f"state {state.value}")
@@ -57,28 +86,28 @@ def running_job(sup: Supervisor, collector: Collector) -> None:
 
 
 def test_starting_holds_until_the_brokers_connect(beanstalk: BeanstalkServer) -> None:
-    with stepped(beanstalk, "true", start=False) as (sup, collector):
+    with stepped(beanstalk, "true", start_now=False) as (sup, collector):
         # STARTING: the dispatcher has not connected anything, whatever the clock says.
         for now in (T0, T0 + 60, T0 + 3600):
-            assert sup._step(now) is False
+            assert step(sup, now) is False
             assert sup.state is SupervisorState.STARTING
         assert collector.ready_calls == 0
-        sup.dispatcher.start()
+        start(sup)
         # STARTING -> RUNNING once every initial broker holds a connection; READY once.
         step_until(sup, T0 + 3600, SupervisorState.RUNNING)
-        sup._step(T0 + 3600)
+        step(sup, T0 + 3600)
         assert collector.ready_calls == 1 and collector.stopping_calls == 0
 
 
 def test_heartbeat_follows_the_clock(beanstalk: BeanstalkServer) -> None:
-    with stepped(beanstalk, "true", start=False) as (sup, collector):
-        sup._step(T0)
+    with stepped(beanstalk, "true", start_now=False) as (sup, collector):
+        step(sup, T0)
         assert collector.heartbeats == 1
-        sup._step(T0 + HEARTBEAT_INTERVAL / 2)
+        step(sup, T0 + HEARTBEAT_INTERVAL / 2)
         assert collector.heartbeats == 1
-        sup._step(T0 + HEARTBEAT_INTERVAL)
+        step(sup, T0 + HEARTBEAT_INTERVAL)
         assert collector.heartbeats == 2
-        sup._step(T0 + HEARTBEAT_INTERVAL * 1.5)
+        step(sup, T0 + HEARTBEAT_INTERVAL * 1.5)
         assert collector.heartbeats == 2
 
 
@@ -91,7 +120,7 @@ def test_stop_request_drains_then_stops(beanstalk: BeanstalkServer) -> None:
         step_until(sup, T0, SupervisorState.RUNNING)
         sup.request_stop()
         # RUNNING -> DRAINING: no new reservations; nothing to kill.
-        stopped = sup._step(T0)
+        stopped = step(sup, T0)
         assert sup.state is (SupervisorState.STOPPED if stopped else SupervisorState.DRAINING)
         assert sup.stop_reserving.is_set() and not sup.kill.is_set()
         assert not sup.kill_now.is_set()
@@ -110,14 +139,14 @@ def test_shutdown_timeout_kills_at_its_deadline(beanstalk: BeanstalkServer) -> N
     ):
         running_job(sup, collector)
         sup.request_stop()
-        sup._step(T0)
+        step(sup, T0)
         assert sup.state is SupervisorState.DRAINING
         # The job may use the whole timeout: one tick before it, still nobody is killed.
-        sup._step(T0 + 29.99)
+        step(sup, T0 + 29.99)
         assert sup.state is SupervisorState.DRAINING and not sup.kill.is_set()
         assert collector.busy_now() == 1
         # At the deadline: TERM, grace, KILL; the job goes back to the queue.
-        sup._step(T0 + 30)
+        step(sup, T0 + 30)
         assert sup.kill.is_set() and not sup.kill_now.is_set()
         assert step_until(sup, T0 + 30, SupervisorState.STOPPED) is True
         result = collector.wait_outcome(job_id, Outcome.SHUTDOWN_RELEASED)
@@ -131,7 +160,7 @@ def test_no_shutdown_timeout_waits_for_the_job(beanstalk: BeanstalkServer) -> No
         running_job(sup, collector)
         sup.request_stop()
         for now in (T0, T0 + 3600, T0 + 86400):
-            assert sup._step(now) is False
+            assert step(sup, now) is False
             assert sup.state is SupervisorState.DRAINING
         assert not sup.kill.is_set() and not sup.kill_now.is_set()
         assert collector.busy_now() == 1
@@ -147,11 +176,11 @@ def test_second_stop_request_kills_at_once(beanstalk: BeanstalkServer) -> None:
     ):
         running_job(sup, collector)
         sup.request_stop()
-        sup._step(T0)
+        step(sup, T0)
         assert sup.state is SupervisorState.DRAINING and not sup.kill_now.is_set()
         # A second signal: every running command is killed now, the clock standing still.
         sup.request_stop()
-        sup._step(T0)
+        step(sup, T0)
         assert sup.kill_now.is_set() and not sup.kill.is_set()
         assert step_until(sup, T0, SupervisorState.STOPPED) is True
         collector.wait_outcome(job_id, Outcome.SHUTDOWN_RELEASED)
@@ -170,7 +199,7 @@ def test_max_jobs_spent_drains_and_stops(beanstalk: BeanstalkServer, tmp_path: P
         go.touch()
         wait_until(lambda: sup.budget.spent, 15, message="--max-jobs spent")
         # RUNNING -> DRAINING once the one job is done, with no signal at all.
-        stopped = sup._step(T0)
+        stopped = step(sup, T0)
         assert sup.state is (SupervisorState.STOPPED if stopped else SupervisorState.DRAINING)
         assert sup.stop_reserving.is_set() and collector.stopping_calls == 1
         if not stopped:

@@ -118,10 +118,9 @@ async def run_command(
     run.kill = Escalation(
         loop, child.pid, token if marker else None, grace, on_kill, run.rearm, run.fail
     )
-    run.stop, run.stop_now, run.on_control, run.on_started = stop, stop_now, on_control, on_started
+    run.stop, run.stop_now, run.on_control = stop, stop_now, on_control
+    run.on_spawned, run.on_started = on_spawned, on_started
     try:
-        if on_spawned is not None:
-            on_spawned(child.pid)
         return await run.execute(reap_group)
     except BaseException:
         await run.abort()
@@ -160,6 +159,7 @@ class _Run:
         self.lease = lease
         self.stop: Switch | None = None
         self.stop_now: Switch | None = None
+        self.on_spawned: Callable[[int], None] | None = None
         self.on_started: Callable[[], None] | None = None
         self.on_control: Callable[[bytes], None] | None = None
         self.status: int | None = None  # raw wait status once reaped
@@ -181,8 +181,10 @@ class _Run:
 
     async def execute(self, reap_group: bool) -> ProcessResult:
         self._start()
+        if self.on_spawned is not None:
+            self.on_spawned(self.pid)
         if self.on_started is not None:
-            # Raising here kills and reaps the command (abort() in run_command).
+            # Raising here (or in on_spawned) kills and reaps the command (abort()).
             self.on_started()
         await self.drained
         self.out.finish()

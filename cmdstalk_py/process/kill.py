@@ -53,12 +53,16 @@ _T = TypeVar("_T")
 _pool: ThreadPoolExecutor | None = None
 
 
-def in_pool(fn: Callable[..., _T], *args: object) -> asyncio.Future[_T]:
-    """Run ``fn(*args)`` in the process package's thread pool; await the result on the loop."""
+def _executor() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(POOL_WORKERS, thread_name_prefix="cmdstalk-proc")
-    return asyncio.get_running_loop().run_in_executor(_pool, fn, *args)
+    return _pool
+
+
+def in_pool(fn: Callable[..., _T], *args: object) -> asyncio.Future[_T]:
+    """Run ``fn(*args)`` in the process package's thread pool; await the result on the loop."""
+    return asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
 
 
 def set_child_subreaper(enabled: bool = True) -> bool:
@@ -227,12 +231,13 @@ class TreeKiller:
             self._on_kill(sig.name)
 
     def abort(self) -> None:
-        """SIGKILL everything known, unreported and without waiting (a run given up)."""
+        """SIGKILL everything known, unreported and without waiting (a run given up: its
+        loop may be gone before the pool is done, so the pool does not report back)."""
         if not self.leader_reaped or group_exists(self.pgid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signal.SIGKILL)
         if self._descendants:
-            self._pool_signal(list(self._descendants.values()), signal.SIGKILL)
+            _executor().submit(_signal_each, list(self._descendants.values()), signal.SIGKILL)
 
     def _pool_signal(self, procs: list[psutil.Process], sig: signal.Signals) -> None:
         job = in_pool(_signal_each, procs, sig)

@@ -6,26 +6,21 @@ for the process itself are watched with ``loop.add_reader``, its stdin with
 and the run ends when the *process* exits, not when its pipes close (a grandchild may hold
 them open). One loop timer wakes the run for the next of: the lease's deadline or tick, the
 SIGKILL after the grace period, the end of the control channel's budget pause. ``stop`` and
-``stop_now`` act the moment they are set (``switch.py``). A kill's /proc work runs in
-``kill.py``'s thread pool.
-
-The run's states (``_State``): COMMAND RUNNING -> SCANNING (a kill point was reached; the
-first signal waits a moment for the tree scan) -> TERM SENT -> KILL SENT. The process's
-exit is not a state: it may come in any of them.
+``stop_now`` act the moment they are set (``switch.py``). When which signal goes out is
+``escalation.py``'s; a kill's /proc work runs in ``kill.py``'s thread pool.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import functools
 import os
 import signal
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from cmdstalk_py.process.control import CONTROL_ENV, CONTROL_FD, ControlReader
+from cmdstalk_py.process.escalation import Escalation, KillState
 from cmdstalk_py.process.kill import TreeKiller, group_exists
 from cmdstalk_py.process.lease import FixedLease, Lease
 from cmdstalk_py.process.marker import MARKER, new_token
@@ -42,17 +37,6 @@ _READ_SIZE = 65536
 # After the process exited, how many more rounds may read output still in the pipes;
 # bounds the time a surviving grandchild that keeps writing can hold us.
 _DRAIN_ROUNDS = 64
-# How long the first signal of a kill waits for the scan of the process tree. Scanned
-# before any signal, the tree is whole; once signalled, parents die and the children that
-# left the group drop out of it. A /proc that is slow must not hold the kill longer.
-_SCAN_WAIT = 0.1
-
-
-class _State(enum.Enum):
-    RUNNING = "command running"
-    SCANNING = "kill point reached, tree scan under way"
-    TERM_SENT = "SIGTERM sent"
-    KILL_SENT = "SIGKILL sent"
 
 
 async def run_command(
@@ -130,12 +114,13 @@ async def run_command(
             describe_spawn_error(exc, argv), time.monotonic() - started
         )
     tell_sentinel(f"={token} {child.pid}")
-    run = _Run(loop, child, token if marker else None, payload, started, out, err, lease, grace)
+    run = _Run(loop, child, payload, started, out, err, lease)
+    run.kill = Escalation(
+        loop, child.pid, token if marker else None, grace, on_kill, run.rearm, run.fail
+    )
     run.stop, run.stop_now, run.on_control = stop, stop_now, on_control
-    run.on_kill, run.on_started = on_kill, on_started
+    run.on_spawned, run.on_started = on_spawned, on_started
     try:
-        if on_spawned is not None:
-            on_spawned(child.pid)
         return await run.execute(reap_group)
     except BaseException:
         await run.abort()
@@ -149,21 +134,20 @@ class _Run:
     """One running command. ``execute`` starts it and awaits ``drained``; everything in
     between happens in loop callbacks (``_on_*``), each routed through ``_safe``."""
 
+    kill: Escalation  # set right after construction (it calls back into the run)
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         child: Spawned,
-        token: str | None,
         payload: bytes,
         started: float,
         out: OutputStream,
         err: OutputStream,
         lease: Lease | None,
-        grace: float,
     ) -> None:
         self.loop = loop
         self.pid = child.pid
-        self.token = token
         self.started = started
         self.ended = started
         self.out = out
@@ -173,22 +157,15 @@ class _Run:
         self.control_fd = child.control
         self.control: ControlReader | None = None
         self.lease = lease
-        self.grace = grace
         self.stop: Switch | None = None
         self.stop_now: Switch | None = None
-        self.on_kill: Callable[[str], None] | None = None
+        self.on_spawned: Callable[[int], None] | None = None
         self.on_started: Callable[[], None] | None = None
         self.on_control: Callable[[bytes], None] | None = None
-        self.state = _State.RUNNING
-        self.first_signal = signal.SIGTERM  # what SCANNING will send
-        self.killed: KillReason | None = None
-        self.killer: TreeKiller | None = None
-        self.kill_at: float | None = None  # when TERM SENT escalates to SIGKILL
         self.status: int | None = None  # raw wait status once reaped
         self.reaped = False
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
         self.timer: asyncio.TimerHandle | None = None
-        self.tasks: set[asyncio.Task[None]] = set()  # kill steps under way
         self.drain_rounds = 0
         self.live = True  # False once failed, aborted or closed: no more callbacks out
         self.failure: Exception | None = None  # the first exception a callback raised
@@ -197,15 +174,17 @@ class _Run:
         self.drained: asyncio.Future[None] = loop.create_future()
         # One object each, so that the switches can forget them again.
         self.stop_cb = functools.partial(self._safe, self._on_stop)
-        self.stop_now_cb = functools.partial(self._safe, self._escalate)
-        self.wake_cb = functools.partial(self._safe, self._on_wake)
+        self.stop_now_cb = functools.partial(self._safe, self._on_stop_now)
+        self.wake_cb = functools.partial(self._safe, self.rearm)
 
     # -- start and end ----------------------------------------------------------------
 
     async def execute(self, reap_group: bool) -> ProcessResult:
         self._start()
+        if self.on_spawned is not None:
+            self.on_spawned(self.pid)
         if self.on_started is not None:
-            # Raising here kills and reaps the command (abort() in run_command).
+            # Raising here (or in on_spawned) kills and reaps the command (abort()).
             self.on_started()
         await self.drained
         self.out.finish()
@@ -213,18 +192,16 @@ class _Run:
         if self.control is not None:
             self.control.drain()  # a last request written just before exit
             self.control.close()
-        while self.tasks:  # a first signal still waiting for its scan, scans
-            await asyncio.gather(*self.tasks)
-        if self.failure is not None:
-            raise self.failure  # from a kill step that ended after the drain
         cleanup: tuple[str, ...] = ()
-        if self.killer is not None:
-            await self.killer.finish(self.kill_at, self.stop_now)
+        if self.kill.killed is not None:
+            await self.kill.finish(self.stop_now)
         elif reap_group and group_exists(self.pid):
             cleaner = TreeKiller(self.pid, leader_reaped=True)
             cleaner.send(signal.SIGTERM)
-            await cleaner.finish(time.monotonic() + self.grace, self.stop_now)
+            await cleaner.finish(time.monotonic() + self.kill.grace, self.stop_now)
             cleanup = tuple(cleaner.sent)
+        if self.failure is not None:
+            raise self.failure  # from a kill step that ended after the drain
         return self._result(cleanup)
 
     def _start(self) -> None:
@@ -254,20 +231,17 @@ class _Run:
         self._unwatch()
         if not self.drained.done():
             self.drained.cancel()
-        killer = self.killer or TreeKiller(self.pid)
-        killer.leader_reaped = self.reaped
-        killer.abort()
+        self.kill.abort()
         if not self.reaped and self.pidfd >= 0:
             await self.exited  # a second cancellation here: close() leaves it to reap_orphans
 
     def close(self) -> None:
         """Release every fd and forget every callback (however the run ended)."""
         self._unwatch()
+        self.kill.close()
         for switch, fn in ((self.stop, self.stop_cb), (self.stop_now, self.stop_now_cb)):
             if switch is not None:
                 switch.remove_callback(fn)
-        for task in self.tasks:
-            task.cancel()  # a scan's pool job may finish; nobody reads it
         self.stdin.close()
         if self.control is not None:
             self.control.close()
@@ -307,9 +281,9 @@ class _Run:
         try:
             fn(*args)
         except Exception as exc:
-            self._fail(exc)
+            self.fail(exc)
 
-    def _fail(self, exc: Exception) -> None:
+    def fail(self, exc: Exception) -> None:
         if self.failure is None:
             self.failure = exc
         if not self.drained.done():
@@ -348,7 +322,7 @@ class _Run:
     def _on_control(self) -> None:
         assert self.control is not None
         self.control.on_readable(self.loop.time())
-        self._rearm()  # over its budget, the channel rests until paused_until
+        self.rearm()  # over its budget, the channel rests until paused_until
 
     def _on_exit(self) -> None:
         """The pidfd is readable: the process exited. Reap it (WNOHANG: it is a zombie)."""
@@ -363,8 +337,7 @@ class _Run:
         untrack(self.pid)
         self.ended = time.monotonic()
         self.reaped = True
-        if self.killer is not None:
-            self.killer.leader_reaped = True  # its pid may be reused once the group is gone
+        self.kill.on_reaped()
         self.exited.set_result(None)
         self.loop.remove_reader(self.pidfd)
         os.close(self.pidfd)
@@ -374,7 +347,7 @@ class _Run:
             return  # aborting: nobody waits for the output any more
         for fd in self.streams:
             self.loop.remove_reader(fd)  # the drain rounds take over
-        self._rearm()
+        self.rearm()
         self.loop.call_soon(self._safe, self._drain)
 
     def _drain(self) -> None:
@@ -392,40 +365,34 @@ class _Run:
         # The loop may run a timer a clock tick early; it is due all the same.
         self._check(max(self.loop.time(), when))
 
-    def _on_wake(self) -> None:
-        """The lease's deadline or next tick changed by itself: re-arm (a deadline now
-        past fires the timer in this loop turn)."""
-        self._rearm()
-
     def _on_stop(self) -> None:
-        if not self.reaped and self.state is _State.RUNNING:
-            self._kill_point(KillReason.SHUTDOWN, hard=False)
+        self.kill.kill_point(KillReason.SHUTDOWN)
+
+    def _on_stop_now(self) -> None:
+        self.kill.escalate()
 
     # -- the clock --------------------------------------------------------------------
 
     def _check(self, now: float) -> None:
         if self.control is not None:
             self.control.resume(now)
-        if not self.reaped and self.state is _State.RUNNING and self.lease is not None:
-            lease = self.lease
+        lease = self.lease
+        if lease is not None and not self.reaped and self.kill.state is KillState.RUNNING:
             tick = lease.next_tick()
             if tick is not None and now >= tick:
                 lease.tick(now)
             deadline, reason = lease.deadline()
             if now >= deadline:
-                self._kill_point(reason, hard=False)
-        elif self.state is _State.TERM_SENT and self.kill_at is not None and now >= self.kill_at:
-            self._escalate()
-        self._rearm()
+                self.kill.kill_point(reason)
+        self.kill.check(now)
+        self.rearm()
 
-    def _rearm(self) -> None:
-        """Keep the one timer at the next thing due (none: only I/O can wake us)."""
-        wake: float | None = None
-        if not self.reaped:
-            if self.state is _State.RUNNING and self.lease is not None:
-                wake = _earliest(self.lease.deadline()[0], self.lease.next_tick())
-            elif self.state is _State.TERM_SENT:
-                wake = self.kill_at
+    def rearm(self) -> None:
+        """Keep the one timer at the next thing due (none: only I/O can wake us). Also
+        the lease's ``wake``: a deadline moved into the past fires it in this loop turn."""
+        wake = self.kill.next_wake()
+        if self.lease is not None and not self.reaped and self.kill.state is KillState.RUNNING:
+            wake = _earliest(self.lease.deadline()[0], self.lease.next_tick())
         if self.control is not None and self.control.fd >= 0:
             wake = _earliest(wake, self.control.paused_until)
         if self.timer is not None and self.timer.when() == wake:
@@ -438,64 +405,6 @@ class _Run:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-
-    # -- killing ----------------------------------------------------------------------
-
-    def _kill_point(self, reason: KillReason, hard: bool) -> None:
-        # COMMAND RUNNING -> SCANNING (the first signal follows the scan, or _SCAN_WAIT)
-        self.killed = reason
-        self.state = _State.SCANNING
-        self.first_signal = signal.SIGKILL if hard or self.grace <= 0 else signal.SIGTERM
-        self.killer = TreeKiller(self.pid, self.on_kill, self.token)
-        self._task(self._signal_first(self.killer))
-
-    async def _signal_first(self, killer: TreeKiller) -> None:
-        scan = self._task(killer.scan())
-        await asyncio.wait({scan}, timeout=_SCAN_WAIT)
-        # What the scan finds later gets the signal sent by then (TreeKiller.scan).
-        if self.live:
-            self._send(self.first_signal)
-
-    def _escalate(self) -> None:
-        """``stop_now`` is set, or the grace period is over."""
-        if self.reaped:
-            return  # the killer's finish() watches stop_now and kill_at from here
-        if self.state is _State.RUNNING:
-            self._kill_point(KillReason.SHUTDOWN, hard=True)
-        elif self.state is _State.SCANNING:
-            self.first_signal = signal.SIGKILL  # the scan is under way: it goes out next
-        elif self.state is _State.TERM_SENT:
-            self._send(signal.SIGKILL)
-            assert self.killer is not None
-            self._task(self.killer.scan())  # children started since SIGTERM
-
-    def _send(self, sig: signal.Signals) -> None:
-        if sig is signal.SIGKILL:
-            # SCANNING or TERM SENT -> KILL SENT
-            self.state = _State.KILL_SENT
-            self.kill_at = None
-        else:
-            # SCANNING -> TERM SENT (SIGKILL follows at kill_at)
-            self.state = _State.TERM_SENT
-            self.kill_at = self.loop.time() + self.grace
-        assert self.killer is not None
-        # Its on_kill may set stop_now: _escalate runs inside, on the new state.
-        self.killer.send(sig)
-        self._rearm()
-
-    def _task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = self.loop.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if isinstance(exc, Exception) and self.live:
-            self._fail(exc)
 
     # -- the result -------------------------------------------------------------------
 
@@ -511,12 +420,12 @@ class _Run:
         return ProcessResult(
             exit_code=exit_code,
             signal=sig,
-            killed=self.killed,
+            killed=self.kill.killed,
             duration_s=self.ended - self.started,
             stdout_tail=self.out.tail,
             stderr_tail=self.err.tail,
             spawn_error=None,
-            kill_signals=tuple(self.killer.sent) if self.killer is not None else (),
+            kill_signals=self.kill.sent,
             cleanup_signals=cleanup,
         )
 

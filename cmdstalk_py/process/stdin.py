@@ -65,8 +65,8 @@ class PayloadWriter:
         fd = self.fd
         if fd is None:
             return
-        self.fd = None
         if self.watched:
             self.watch(False)  # before the close: the loop must not watch a closed fd
             self.watched = False
+        self.fd = None
         os.close(fd)

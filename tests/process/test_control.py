@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from cmdstalk_py.process import KillReason, run_command, set_child_subreaper
+from cmdstalk_py.process import KillReason, set_child_subreaper
 from cmdstalk_py.process.control import (
     BUDGET,
     MAX_REQUEST,
@@ -17,6 +17,7 @@ from cmdstalk_py.process.control import (
     ControlReader,
     parse_request,
 )
+from tests.process.aio import run
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
@@ -51,13 +52,13 @@ def test_requests_reach_the_callback_including_a_last_one_without_newline() -> N
     lines: list[bytes] = []
     script = 'echo "$CMDSTALK_CONTROL_FD"; echo touch >&3; printf "\\n\\nprogress a\\n" >&3; ' \
         'printf "retry-after 7" >&3; exit 3'  # fmt: skip
-    r = run_command(sh(script), b"", ENV, on_control=lines.append)
+    r = run(sh(script), b"", ENV, on_control=lines.append)
     assert (r.exit_code, r.stdout_tail) == (3, b"3\n")
     assert lines == [b"touch", b"progress a", b"retry-after 7"]
 
 
 def test_no_channel_without_a_callback() -> None:
-    r = run_command(sh('echo "[$CMDSTALK_CONTROL_FD]"; echo x >&3'), b"", ENV)
+    r = run(sh('echo "[$CMDSTALK_CONTROL_FD]"; echo x >&3'), b"", ENV)
     assert r.stdout_tail == b"[]\n"
     assert b"Bad file descriptor" in r.stderr_tail
 
@@ -74,7 +75,7 @@ def test_only_the_command_holds_the_write_end() -> None:
         seen["ours"] = len(ours)
         seen["writable"] = sum(1 for fd in ours if _flags(fd) & os.O_WRONLY)
 
-    r = run_command(sh("sleep 0.3"), b"", ENV, on_control=lambda _: None,
+    r = run(sh("sleep 0.3"), b"", ENV, on_control=lambda _: None,
                     on_spawned=pids.append, on_started=count_our_ends)  # fmt: skip
     assert r.exit_code == 0
     assert seen == {"ours": 1, "writable": 0}
@@ -104,7 +105,7 @@ def test_garbage_and_floods_are_bounded_and_never_stall_the_run() -> None:
         "for i in $(seq 200); do echo out $i; done; wait; echo bury >&3; exit 1"
     )
     started = time.monotonic()
-    r = run_command(sh(script), b"", ENV, on_control=lines.append, tail_bytes=100)
+    r = run(sh(script), b"", ENV, on_control=lines.append, tail_bytes=100)
     elapsed = time.monotonic() - started
     assert r.exit_code == 1 and r.stdout_tail.endswith(b"out 200\n")
     # The long line arrives once, cut just past the limit (to be refused), not 8 MB of it.
@@ -116,23 +117,23 @@ def test_garbage_and_floods_are_bounded_and_never_stall_the_run() -> None:
 
 
 def test_reader_budget_pauses_and_resumes() -> None:
-    import select
-
     r, w = os.pipe()
     try:
-        poller = select.poll()
+        watched: list[bool] = []  # what the reader asked its owner (the loop) to do
         got: list[bytes] = []
-        reader = ControlReader(r, got.append, poller, budget=8192)
+        reader = ControlReader(r, got.append, watched.append, budget=8192)
         reader.start()
+        assert watched == [True]
         os.write(w, b"touch\n" * 3000)
         assert reader.read(100.0) and reader.read(100.0)
         assert reader.paused_until == 101.0
-        reader.on_readable(100.0)  # over budget: no longer polled
-        assert poller.poll(0) == []
+        reader.on_readable(100.0)  # over budget: no longer watched
+        assert watched[-1] is False
         reader.resume(101.0)
-        assert poller.poll(0) != []
+        assert watched[-1] is True
         assert got and set(got) == {b"touch"}
         reader.close()
+        assert watched == [True, False, True, False]
     finally:
         os.close(w)
 
@@ -146,6 +147,9 @@ class MovingLease:
         self.end = now + end
         self.step = step
         self.ticks = 0
+
+    def attach(self, wake: Callable[[], None]) -> None:
+        return None  # it moves only in tick()
 
     def deadline(self) -> tuple[float, KillReason]:
         if self.end <= self.at:
@@ -163,7 +167,7 @@ class MovingLease:
 def test_a_lease_moves_the_deadline_and_ends_at_its_bound() -> None:
     lease = MovingLease(step=0.2, end=1.0)
     started = time.monotonic()
-    r = run_command(sh("exec sleep 30"), b"", ENV, lease=lease, grace=0.2)
+    r = run(sh("exec sleep 30"), b"", ENV, lease=lease, grace=0.2)
     took = time.monotonic() - started
     assert r.killed is KillReason.MAX_RUNTIME and r.signal is not None
     assert 0.9 < took < 5 and lease.ticks >= 4

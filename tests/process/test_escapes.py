@@ -8,8 +8,8 @@ the kill, that process must be gone (and reaped: no zombie left).
 
 from __future__ import annotations
 
+import asyncio
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +17,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cmdstalk_py.process import KillReason, ProcessResult, run_command, set_child_subreaper
+from cmdstalk_py.process import (
+    KillReason,
+    ProcessResult,
+    Switch,
+    run_command,
+    set_child_subreaper,
+)
 from cmdstalk_py.process.marker import MARKER, environ_token
 from tests.helpers import wait_until
+from tests.process.aio import run, until
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
@@ -76,7 +83,7 @@ def _script(escape: str, pids: Path) -> list[str]:
 @pytest.mark.parametrize("escape", list(ESCAPES), ids=list(ESCAPES))
 def test_ttr_kill_reaches_escaped_processes(escape: str, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    result = run_command(
+    result = run(
         _script(ESCAPES[escape], pids),
         b"",
         ENV,
@@ -91,27 +98,23 @@ def test_ttr_kill_reaches_escaped_processes(escape: str, tmp_path: Path) -> None
 @pytest.mark.parametrize("escape", list(ESCAPES), ids=list(ESCAPES))
 def test_shutdown_kill_reaches_escaped_processes(escape: str, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    stop = threading.Event()
-    box: list[ProcessResult] = []
+    stop = Switch()
 
-    def run() -> None:
-        box.append(
-            run_command(_script(ESCAPES[escape], pids), b"", ENV, grace=0.3, stop=stop, marker=True)
-        )
+    async def scenario() -> tuple[ProcessResult, list[int]]:
+        argv = _script(ESCAPES[escape], pids)
+        task = asyncio.ensure_future(run_command(argv, b"", ENV, grace=0.3, stop=stop, marker=True))
+        try:
+            await until(lambda: pids.exists() and pids.read_text().split(), message="pids written")
+            escaped = [int(p) for p in pids.read_text().split()]
+            await until(
+                lambda: psutil.Process(escaped[0]).ppid() == os.getpid(),
+                message="the escaped process adopted by us",
+            )
+        finally:
+            stop.set()
+        return await asyncio.wait_for(task, 20), escaped
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        escaped = _pids(pids, 1)
-        wait_until(
-            lambda: psutil.Process(escaped[0]).ppid() == os.getpid(),
-            10,
-            message="the escaped process adopted by us",
-        )
-    finally:
-        stop.set()
-        thread.join(20)
-    (result,) = box
+    result, escaped = asyncio.run(scenario())
     assert result.killed is KillReason.SHUTDOWN
     _assert_all_gone(escaped)
 
@@ -125,7 +128,7 @@ def test_setsid_on_sigterm_is_reached(tmp_path: Path) -> None:
         f" while [ ! -s {pids} ]; do sleep 0.01; done; exit 0' TERM; "
         "sleep 1000 & wait"
     )
-    result = run_command(
+    result = run(
         ["/bin/bash", "-c", script],
         b"",
         ENV,
@@ -140,8 +143,8 @@ def test_setsid_on_sigterm_is_reached(tmp_path: Path) -> None:
 def test_every_command_carries_its_own_marker(tmp_path: Path) -> None:
     out = tmp_path / "marker"
     argv = ["/bin/sh", "-c", f'echo "${MARKER}" >> {out}']
-    first = run_command(argv, b"", ENV, marker=True)
-    second = run_command(argv, b"", ENV, marker=True)
+    first = run(argv, b"", ENV, marker=True)
+    second = run(argv, b"", ENV, marker=True)
     assert first.exit_code == second.exit_code == 0
     tokens = out.read_text().split()
     assert len(tokens) == 2 and tokens[0] != tokens[1]

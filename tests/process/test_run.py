@@ -6,7 +6,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.process import KillReason, reap_orphans, run_command, set_child_subreaper
+from cmdstalk_py.process import KillReason, Switch, reap_orphans, set_child_subreaper
 from cmdstalk_py.process.output import LineBudget, OutputStream
 from tests.helpers import wait_until
+from tests.process.aio import run
 
 BASH = "/bin/bash"
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -61,7 +61,7 @@ def assert_gone(proc: psutil.Process) -> None:
 class Announced:
     """Collects stdout lines; on a line ``gc PID`` remembers that process and sets ``then``."""
 
-    def __init__(self, then: threading.Event | None = None) -> None:
+    def __init__(self, then: Switch | None = None) -> None:
         self.lines: list[bytes] = []
         self.procs: list[psutil.Process] = []
         self.then = then
@@ -79,7 +79,7 @@ class Announced:
 
 @pytest.mark.parametrize("code", [0, 1, 3, 255])
 def test_exit_code_is_reported(code: int) -> None:
-    result = run_command(sh(f"exit {code}"), b"", ENV)
+    result = run(sh(f"exit {code}"), b"", ENV)
     assert result.exit_code == code
     assert result.signal is None
     assert result.killed is None
@@ -88,7 +88,7 @@ def test_exit_code_is_reported(code: int) -> None:
 
 
 def test_payload_piped_and_output_captured() -> None:
-    result = run_command(sh("tr a-z A-Z; echo oops >&2"), b"hello world\n", ENV)
+    result = run(sh("tr a-z A-Z; echo oops >&2"), b"hello world\n", ENV)
     assert result.exit_code == 0
     assert result.stdout_tail == b"HELLO WORLD\n"
     assert result.stderr_tail == b"oops\n"
@@ -97,19 +97,19 @@ def test_payload_piped_and_output_captured() -> None:
 def test_binary_payload_arrives_byte_exact() -> None:
     payload = bytes(range(256))  # includes NUL, CR, LF and every high byte
     assert b"\r\n" in payload or b"\r" in payload
-    result = run_command(sh("sha256sum"), payload, ENV)
+    result = run(sh("sha256sum"), payload, ENV)
     assert result.exit_code == 0
     assert result.stdout_tail.split()[0].decode() == hashlib.sha256(payload).hexdigest()
 
 
 def test_environment_is_exactly_what_was_given() -> None:
-    result = run_command(["/usr/bin/env"], b"", {"CMDSTALK_JOB_ID": "42", "FOO": "b a r"})
+    result = run(["/usr/bin/env"], b"", {"CMDSTALK_JOB_ID": "42", "FOO": "b a r"})
     assert sorted(result.stdout_tail.splitlines()) == [b"CMDSTALK_JOB_ID=42", b"FOO=b a r"]
 
 
 def test_command_runs_in_its_own_session_and_group() -> None:
     # /proc/PID/stat: pid (comm) state ppid pgrp session ...
-    result = run_command(sh("echo $$; cut -d' ' -f5,6 /proc/$$/stat"), b"", ENV)
+    result = run(sh("echo $$; cut -d' ' -f5,6 /proc/$$/stat"), b"", ENV)
     pid, ids = result.stdout_tail.splitlines()
     assert ids.split() == [pid, pid]
     assert int(pid) != os.getpgid(0)
@@ -117,7 +117,7 @@ def test_command_runs_in_its_own_session_and_group() -> None:
 
 def test_sigpipe_has_default_disposition_in_the_command() -> None:
     # Python ignores SIGPIPE; if that leaked, `yes` would report EPIPE on stderr.
-    result = run_command(sh("yes | head -n 1"), b"", ENV)
+    result = run(sh("yes | head -n 1"), b"", ENV)
     assert result.exit_code == 0
     assert result.stdout_tail == b"y\n"
     assert result.stderr_tail == b""
@@ -128,7 +128,7 @@ def test_big_payload_and_big_output_do_not_deadlock() -> None:
     # Write 20 MB first, while our 1 MiB payload is still pending, then read stdin.
     script = "head -c 20000000 /dev/zero; sha256sum"
     sizes: list[int] = []
-    result = run_command(
+    result = run(
         sh(script),
         payload,
         ENV,
@@ -147,28 +147,28 @@ def test_big_payload_and_big_output_do_not_deadlock() -> None:
 
 @pytest.mark.parametrize("script", ["exit 0", "sleep 0.2; exit 0", "exec 0<&-; sleep 0.2"])
 def test_command_not_reading_stdin_is_fine(script: str) -> None:
-    result = run_command(sh(script), os.urandom(1 << 20), ENV, deadline=time.monotonic() + 20)
+    result = run(sh(script), os.urandom(1 << 20), ENV, deadline=time.monotonic() + 20)
     assert result.exit_code == 0
     assert result.killed is None
 
 
 def test_small_payload_to_command_that_exits_at_once() -> None:
     for _ in range(20):
-        result = run_command(["/bin/true"], b"x" * 100, ENV)
+        result = run(["/bin/true"], b"x" * 100, ENV)
         assert result.exit_code == 0
 
 
 def test_tails_are_bounded() -> None:
-    result = run_command(sh("seq 1 100000; seq 1 100000 >&2"), b"", ENV, tail_bytes=16)
+    result = run(sh("seq 1 100000; seq 1 100000 >&2"), b"", ENV, tail_bytes=16)
     assert result.stdout_tail == b"98\n99999\n100000\n"
     assert result.stderr_tail == result.stdout_tail
-    assert run_command(sh("echo hi"), b"", ENV, tail_bytes=0).stdout_tail == b""
+    assert run(sh("echo hi"), b"", ENV, tail_bytes=0).stdout_tail == b""
 
 
 def test_line_callbacks_get_lines_in_order() -> None:
     out: list[bytes] = []
     err: list[bytes] = []
-    result = run_command(
+    result = run(
         sh("seq 1 20000; printf 'e1\\r\\ne2\\n\\nlast' >&2; printf 'no newline'"),
         b"",
         ENV,
@@ -182,7 +182,7 @@ def test_line_callbacks_get_lines_in_order() -> None:
 
 def test_long_line_without_newline_is_emitted_in_bounded_pieces() -> None:
     pieces: list[int] = []
-    result = run_command(
+    result = run(
         sh("head -c 5000000 /dev/zero | tr '\\0' x"),
         b"",
         ENV,
@@ -198,9 +198,9 @@ def test_long_line_without_newline_is_emitted_in_bounded_pieces() -> None:
 def test_no_file_descriptors_leak() -> None:
     before = set(os.listdir("/proc/self/fd"))
     for script in ("exit 0", "exit 1", "echo out; echo err >&2"):
-        run_command(sh(script), b"payload", ENV)
-    run_command(["/nonexistent/cmd"], b"", ENV)
-    run_command(sh("sleep 30"), b"", ENV, deadline=time.monotonic())
+        run(sh(script), b"payload", ENV)
+    run(["/nonexistent/cmd"], b"", ENV)
+    run(sh("sleep 30"), b"", ENV, deadline=time.monotonic())
     assert set(os.listdir("/proc/self/fd")) == before
 
 
@@ -208,7 +208,7 @@ def test_no_file_descriptors_leak() -> None:
 
 
 def test_missing_shell_is_a_spawn_error_not_an_exception() -> None:
-    result = run_command(["/bin/bsh", "-c", "true"], b"payload", ENV)
+    result = run(["/bin/bsh", "-c", "true"], b"payload", ENV)
     assert result.spawn_error == "No such file or directory: /bin/bsh"
     assert result.exit_code is None
     assert result.signal is None
@@ -216,14 +216,14 @@ def test_missing_shell_is_a_spawn_error_not_an_exception() -> None:
 
 
 def test_program_not_on_path_and_not_executable(tmp_path: Path) -> None:
-    assert "No such file" in (run_command(["no-such-program-xyz"], b"", ENV).spawn_error or "")
+    assert "No such file" in (run(["no-such-program-xyz"], b"", ENV).spawn_error or "")
     not_executable = tmp_path / "script"
     not_executable.write_text("#!/bin/sh\nexit 0\n")
     not_executable.chmod(0o644)
-    error = run_command([str(not_executable)], b"", ENV).spawn_error
+    error = run([str(not_executable)], b"", ENV).spawn_error
     assert error == f"Permission denied: {not_executable}"
-    assert run_command([], b"", ENV).spawn_error == "empty command"
-    bad_env = run_command(["/bin/true"], b"", {"A": "nul\0byte"}).spawn_error
+    assert run([], b"", ENV).spawn_error == "empty command"
+    bad_env = run(["/bin/true"], b"", {"A": "nul\0byte"}).spawn_error
     assert bad_env == "embedded null byte: /bin/true"
 
 
@@ -233,7 +233,7 @@ def test_program_not_on_path_and_not_executable(tmp_path: Path) -> None:
 def test_deadline_terms_the_group() -> None:
     sent: list[str] = []
     started = time.monotonic()
-    result = run_command(
+    result = run(
         sh("sleep 60 & sleep 60"), b"", ENV, deadline=started + 0.3, grace=10, on_kill=sent.append
     )
     assert result.killed is KillReason.TTR
@@ -249,7 +249,7 @@ def test_deadline_terms_the_group() -> None:
 
 def test_command_ignoring_sigterm_is_killed_after_grace() -> None:
     started = time.monotonic()
-    result = run_command(
+    result = run(
         sh("trap '' TERM; sleep 60 & sleep 60"),
         b"",
         ENV,
@@ -267,7 +267,7 @@ def test_command_ignoring_sigterm_is_killed_after_grace() -> None:
 def test_grandchild_holding_stdout_is_killed_with_everything() -> None:
     lines = Announced()
     started = time.monotonic()
-    result = run_command(
+    result = run(
         sh("(trap '' TERM; sleep 60) & echo gc $!; bash -c 'sleep 60' & wait"),
         b"",
         ENV,
@@ -283,9 +283,9 @@ def test_grandchild_holding_stdout_is_killed_with_everything() -> None:
 
 
 def test_descendant_that_left_the_session_is_killed_too() -> None:
-    stop = threading.Event()
+    stop = Switch()
     lines = Announced(then=stop)
-    result = run_command(
+    result = run(
         sh("setsid bash -c 'echo gc $$; exec sleep 60' & wait"),
         b"",
         ENV,
@@ -303,7 +303,7 @@ def test_descendant_that_left_the_session_is_killed_too() -> None:
 def test_command_exiting_leaves_no_background_children() -> None:
     lines = Announced()
     started = time.monotonic()
-    result = run_command(sh("sleep 60 & echo gc $!"), b"", ENV, on_stdout_line=lines)
+    result = run(sh("sleep 60 & echo gc $!"), b"", ENV, on_stdout_line=lines)
     # Done when the command exited, not when the sleep (holding stdout) closed it.
     assert time.monotonic() - started < 5
     assert result.exit_code == 0
@@ -317,9 +317,7 @@ def test_command_exiting_leaves_no_background_children() -> None:
 def test_reap_group_off_leaves_background_children_alone() -> None:
     lines = Announced()
     started = time.monotonic()
-    result = run_command(
-        sh("sleep 60 & echo gc $!"), b"", ENV, on_stdout_line=lines, reap_group=False
-    )
+    result = run(sh("sleep 60 & echo gc $!"), b"", ENV, on_stdout_line=lines, reap_group=False)
     assert time.monotonic() - started < 5
     assert result.exit_code == 0
     assert result.cleanup_signals == ()
@@ -332,19 +330,19 @@ def test_reap_group_off_leaves_background_children_alone() -> None:
 
 
 def test_stop_event_terminates_with_shutdown_reason() -> None:
-    stop = threading.Event()
+    stop = Switch()
     lines = Announced(then=stop)
-    result = run_command(sh("echo gc $$; sleep 60"), b"", ENV, stop=stop, on_stdout_line=lines)
+    result = run(sh("echo gc $$; sleep 60"), b"", ENV, stop=stop, on_stdout_line=lines)
     assert result.killed is KillReason.SHUTDOWN
     assert result.signal == 15
     assert result.kill_signals == ("SIGTERM",)
 
 
 def test_stop_now_kills_at_once() -> None:
-    stop_now = threading.Event()
+    stop_now = Switch()
     lines = Announced(then=stop_now)
     started = time.monotonic()
-    result = run_command(
+    result = run(
         sh("trap '' TERM; echo gc $$; sleep 60"),
         b"",
         ENV,
@@ -359,8 +357,8 @@ def test_stop_now_kills_at_once() -> None:
 
 
 def test_stop_now_cuts_the_grace_period_short() -> None:
-    stop = threading.Event()
-    stop_now = threading.Event()
+    stop = Switch()
+    stop_now = Switch()
     lines = Announced(then=stop)
     started = time.monotonic()
 
@@ -368,7 +366,7 @@ def test_stop_now_cuts_the_grace_period_short() -> None:
         if name == "SIGTERM":
             stop_now.set()  # a second signal to the supervisor while TERM is pending
 
-    result = run_command(
+    result = run(
         sh("trap '' TERM; echo gc $$; sleep 60"),
         b"",
         ENV,
@@ -391,7 +389,7 @@ def test_failing_callback_kills_and_reaps_the_command() -> None:
         raise RuntimeError("callback failed")
 
     with pytest.raises(RuntimeError, match="callback failed"):
-        run_command(sh("echo gc $$; exec sleep 60"), b"", ENV, on_stdout_line=boom)
+        run(sh("echo gc $$; exec sleep 60"), b"", ENV, on_stdout_line=boom)
     [command] = lines.procs
     assert_gone(command)
 
@@ -406,7 +404,7 @@ def test_on_started_runs_while_the_command_runs(tmp_path: Path) -> None:
         calls.append(1)
         flag.touch()
 
-    result = run_command(
+    result = run(
         sh(f"read -r line; while [ ! -e {flag} ]; do sleep 0.01; done; echo $line"),
         b"payload\n",
         ENV,
@@ -421,13 +419,20 @@ def test_failing_on_started_kills_and_reaps_the_command(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
 
     def boom() -> None:
-        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
-                   message="the command's pid")
+        wait_until(
+            lambda: pid_file.exists() and pid_file.read_text().strip(),
+            10,
+            message="the command's pid",
+        )
         raise RuntimeError("on_started failed")
 
     with pytest.raises(RuntimeError, match="on_started failed"):
-        run_command(sh(f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 60"),
-                    b"", ENV, on_started=boom)
+        run(
+            sh(f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 60"),
+            b"",
+            ENV,
+            on_started=boom,
+        )
     assert not psutil.pid_exists(int(pid_file.read_text()))  # killed and reaped
 
 
@@ -438,7 +443,7 @@ def test_daemon_left_behind_is_reaped_by_reap_orphans() -> None:
     lines = Announced()
     # The daemon leaves the session, so exiting normally does not clean it up; it outlives
     # the command, is adopted by us (subreaper) and becomes our zombie when it exits.
-    result = run_command(
+    result = run(
         sh("setsid bash -c 'echo gc $$; exec sleep 0.3' & sleep 0.1"),
         b"",
         ENV,
@@ -467,7 +472,7 @@ def test_reap_orphans_leaves_a_running_commands_status_alone(tmp_path: Path) -> 
         assert reap_orphans() == 0
 
     script = f"echo gc $$; while [ ! -e {go} ]; do sleep 0.01; done; exit 7"
-    result = run_command(sh(script), b"", ENV, on_stdout_line=on_line)
+    result = run(sh(script), b"", ENV, on_stdout_line=on_line)
     assert result.exit_code == 7
 
 
@@ -553,7 +558,7 @@ def test_a_full_line_budget_left_alone_grants_one_burst_not_two() -> None:
 
 def test_reap_orphans_with_only_live_children_reaps_nothing() -> None:
     lines = Announced()
-    result = run_command(
+    result = run(
         sh("setsid bash -c 'echo gc $$; exec sleep 30' & sleep 0.1"), b"", ENV, on_stdout_line=lines
     )
     assert result.exit_code == 0
@@ -564,8 +569,11 @@ def test_reap_orphans_with_only_live_children_reaps_nothing() -> None:
         assert daemon.is_running() and daemon.status() != psutil.STATUS_ZOMBIE
     finally:
         daemon.kill()
-    wait_until(lambda: reap_orphans() >= 1 or not daemon.is_running(), timeout=10,
-               message="the killed daemon to be reaped")
+    wait_until(
+        lambda: reap_orphans() >= 1 or not daemon.is_running(),
+        timeout=10,
+        message="the killed daemon to be reaped",
+    )
     assert_gone(daemon)
 
 
@@ -575,11 +583,11 @@ def test_a_supervisor_with_stdio_closed_still_gives_the_command_its_pipes(tmp_pa
     # an end still to be duplicated); the command must get the right ends all the same.
     out = tmp_path / "result"
     script = (
-        "import os, sys\n"
+        "import asyncio, os, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
         "from cmdstalk_py.process import run_command\n"
         "os.close(0); os.close(1); os.close(2)\n"
-        "r = run_command(['/bin/sh', '-c', 'cat; echo err >&2'], b'payload', {})\n"
+        "r = asyncio.run(run_command(['/bin/sh', '-c', 'cat; echo err >&2'], b'payload', {}))\n"
         f"fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT, 0o600)\n"
         "os.write(fd, repr((r.exit_code, r.stdout_tail, r.stderr_tail)).encode())\n"
     )

@@ -1,0 +1,29 @@
+"""Waiting on the loop in process tests: poll a condition with a deadline, yielding to the
+loop between looks (so the runs under test go on)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from cmdstalk_py.process import ProcessResult, run_command
+from tests.helpers import WaitTimeout
+
+T = TypeVar("T")
+
+
+async def until(predicate: Callable[[], T], timeout: float = 10.0, message: str = "condition") -> T:
+    """Await until ``predicate()`` is truthy; return it. WaitTimeout after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {message}")
+        await asyncio.sleep(0.005)
+    return value
+
+
+def run(*args: Any, **kwargs: Any) -> ProcessResult:
+    """``run_command`` on a loop of its own (``asyncio.run``), for one command at a time."""
+    return asyncio.run(run_command(*args, **kwargs))

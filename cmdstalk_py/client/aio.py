@@ -61,6 +61,7 @@ class AsyncClient(asyncio.Protocol):
         self._pending: deque[_Pending] = deque()
         self._last_rx = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_due = 0.0
         self._error: BaseException | None = None
         self.closed = asyncio.Event()
 
@@ -117,10 +118,18 @@ class AsyncClient(asyncio.Protocol):
             future.exception()  # as in _fail: the awaiting caller still gets it
             return future
         self._transport.write(data)
-        self._pending.append(_Pending(future, parse, limit, self._loop.time()))
-        if limit is not None and self._watchdog is None:
-            self._watchdog = self._loop.call_at(self._loop.time() + limit, self._check_silence)
+        now = self._loop.time()
+        self._pending.append(_Pending(future, parse, limit, now))
+        if limit is not None and (self._watchdog is None or now + limit < self._watchdog_due):
+            # A bound shorter than the one watched (a touch before a kill point) re-arms.
+            self._arm(now + limit)
         return future
+
+    def _arm(self, due: float) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog_due = due
+        self._watchdog = self._loop.call_at(due, self._check_silence)
 
     @property
     def sock(self) -> socket.socket | None:
@@ -137,15 +146,20 @@ class AsyncClient(asyncio.Protocol):
 
     def _check_silence(self) -> None:
         self._watchdog = None
+        now = self._loop.time()
+        due: float | None = None
         for pending in self._pending:
             if pending.limit is None:
-                return  # a plain reserve ahead: everything behind it waits for it
-            due = max(pending.sent, self._last_rx) + pending.limit
-            if self._loop.time() >= due:
+                break  # a plain reserve ahead: everything behind it waits for it
+            # The reply must begin within its bound of its sending, or of the last bytes
+            # received (a long reply still coming is progress).
+            at = max(pending.sent, self._last_rx) + pending.limit
+            if now >= at:
                 self._fail(TimeoutError(f"no reply from the server in {pending.limit:g}s"))
-            else:
-                self._watchdog = self._loop.call_at(due, self._check_silence)
-            return
+                return
+            due = at if due is None else min(due, at)
+        if due is not None:
+            self._arm(due)
 
     def _lost(self) -> BaseException:
         error = self._error or ConnectionLost("connection closed")

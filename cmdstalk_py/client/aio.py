@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from greenstalk import StatsJob, StatsTube
 
 T = TypeVar("T")
+#: Bytes received at most per read (a stats reply is a few hundred; a job body may be
+#: larger, and comes in several reads).
+RECV_SIZE = 65536
 Parse = Callable[[Reply], Any]
 
 
@@ -50,7 +53,7 @@ class _Pending:
         self.sent = sent
 
 
-class AsyncClient(asyncio.Protocol):
+class AsyncClient(asyncio.BufferedProtocol):
     """A connection's requests and replies; ``open`` makes a connected one."""
 
     def __init__(self, io_timeout: float = 30.0) -> None:
@@ -58,6 +61,10 @@ class AsyncClient(asyncio.Protocol):
         self.loop = self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._framer = ReplyFramer()
+        # Replies are received into one reused buffer (``BufferedProtocol``), not a fresh
+        # 256 KiB bytes object per receive as a plain Protocol's transport makes.
+        self._rx = bytearray(RECV_SIZE)
+        self._rx_view = memoryview(self._rx)
         self._pending: deque[_Pending] = deque()
         self._last_rx = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
@@ -83,10 +90,13 @@ class AsyncClient(asyncio.Protocol):
         if sock is not None:
             _keepalive(sock, self.io_timeout)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._rx_view
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._last_rx = self._loop.time()
         try:
-            replies = self._framer.feed(data)
+            replies = self._framer.feed(self._rx_view[:nbytes])
         except UnexpectedReply as e:
             self._fail(e)
             return

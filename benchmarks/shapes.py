@@ -200,7 +200,8 @@ def asyncio_workers(
         yield
 
 
-def _variants() -> dict[str, Variant]:
+def variants() -> dict[str, Variant]:
+    """Each asyncio shape by name (``SHAPES`` runs them through ``asyncio_workers``)."""
     variants: dict[str, Variant] = {}
     for name, new_loop in (("asyncio", asyncio.new_event_loop), ("uvloop", new_uvloop)):
         variants[name] = Variant(new_loop)
@@ -213,7 +214,7 @@ def _variants() -> dict[str, Variant]:
 
 
 SHAPES: dict[str, Shape] = {
-    **{name: partial(asyncio_workers, variant=variant) for name, variant in _variants().items()},
+    **{name: partial(asyncio_workers, variant=variant) for name, variant in variants().items()},
     "threads": thread_workers,
     "poll-loop": partial(poll_loop_workers, make_runner=BareRunner),
     "poll-loop-full": partial(poll_loop_workers, make_runner=FullRunner),
@@ -374,7 +375,8 @@ def main() -> None:
         for index in range(rounds):
             flip = index % 2 == 1
             order = ", ".join(names[::-1] if flip else names)
-            print(f"round {index + 1}/{rounds}: {order}", flush=True)
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"round {index + 1}/{rounds} (load average {load}): {order}", flush=True)
             results.append(run_round(server, names, flip, args.workers, jobs))
     print_table(names, results)
     if args.workers in TARGETS:

@@ -33,7 +33,7 @@ import os
 import socket
 import threading
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -47,7 +47,7 @@ from tests.helpers import BeanstalkServer
 
 #: Runs one job's command to its end; raises if it failed.
 RunJob = Callable[[int, bytes, bytes], Awaitable[None]]
-MakeRunner = Callable[["AsyncioReactor", str, dict[str, str]], Runner]
+MakeRunner = Callable[["AsyncioReactor", str, dict[str, str], Sequence[str]], Runner]
 PATTERNS = ("protocol", "streams", "sock", "callbacks")
 SPAWNS = ("own", "subprocess", "subprocess-pidfd")
 
@@ -265,12 +265,12 @@ def run_with(runner: Runner) -> RunJob:
     return run
 
 
-def run_subprocess(env: dict[str, str]) -> RunJob:
+def run_subprocess(argv: Sequence[str], env: dict[str, str]) -> RunJob:
     """``subprocess``: ``asyncio.create_subprocess_exec``, the payload by ``communicate``."""
 
     async def run(job_id: int, body: bytes, stats: bytes) -> None:
         proc = await asyncio.create_subprocess_exec(
-            *ARGV, stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True
+            *argv, stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True
         )
         await proc.communicate(body)
         if proc.returncode != 0:
@@ -311,6 +311,7 @@ class Variant:
     pattern: str = "protocol"
     spawn: str = "own"
     make_runner: MakeRunner = BareRunner
+    argv: tuple[str, ...] = tuple(ARGV)  # the command each job runs
 
 
 class Workers:
@@ -340,7 +341,7 @@ class Workers:
 
     async def serve(self, count: int, env: dict[str, str]) -> None:
         reactor = AsyncioReactor(self.loop)
-        runner = self.variant.make_runner(reactor, self.tube, env)
+        runner = self.variant.make_runner(reactor, self.tube, env, self.variant.argv)
         conns: list[Connection] = []
         socks: list[socket.socket] = []
         try:
@@ -354,7 +355,7 @@ class Workers:
             for _ in range(count):
                 conns.append(await open_connection(self.variant.pattern, self.server, self.tube))
             own = self.variant.spawn == "own"
-            run = run_with(runner) if own else run_subprocess(env)
+            run = run_with(runner) if own else run_subprocess(self.variant.argv, env)
             tasks = [self.loop.create_task(work(conn, run)) for conn in conns]
             for task in tasks:
                 task.add_done_callback(self._ended)

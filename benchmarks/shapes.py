@@ -84,9 +84,9 @@ ORDER = ("raw", "threads", "poll-loop", "poll-loop-full", "asyncio", "asyncio-fu
 #: ``--ablate``: ``poll-loop-full`` without each of its features in turn, e.g. ``full -log``.
 ABLATIONS = tuple(f"full -{feature}" for feature in sorted(FEATURES))
 #: ``--patterns``: the other ways to write an asyncio worker (``shapes_aio``), per loop.
-PATTERNS = ("asyncio streams", "asyncio sock", "asyncio callbacks", "asyncio subprocess",
-            "asyncio subprocess-pidfd", "uvloop streams", "uvloop sock", "uvloop callbacks",
-            "uvloop subprocess")  # fmt: skip
+PATTERNS = ("asyncio buffered", "asyncio streams", "asyncio sock", "asyncio callbacks",
+            "asyncio subprocess", "asyncio subprocess-pidfd", "uvloop buffered", "uvloop streams",
+            "uvloop sock", "uvloop callbacks", "uvloop subprocess")  # fmt: skip
 #: Per worker count, the ``x raw`` the supervisor's redesign (issue 26) aims at.
 TARGETS = {1: 0.95, 4: 0.88}
 DRAIN_TIMEOUT = 600.0
@@ -206,7 +206,7 @@ def variants() -> dict[str, Variant]:
     for name, new_loop in (("asyncio", asyncio.new_event_loop), ("uvloop", new_uvloop)):
         variants[name] = Variant(new_loop)
         variants[f"{name}-full"] = Variant(new_loop, make_runner=FullRunner)
-        for pattern in ("streams", "sock", "callbacks"):
+        for pattern in ("buffered", "streams", "sock", "callbacks"):
             variants[f"{name} {pattern}"] = Variant(new_loop, pattern=pattern)
         variants[f"{name} subprocess"] = Variant(new_loop, spawn="subprocess")
     variants["asyncio subprocess-pidfd"] = Variant(asyncio.new_event_loop, spawn="subprocess-pidfd")

@@ -5,6 +5,8 @@ worker talks to beanstalkd is the ``pattern``:
 
 - ``protocol``: a coroutine per connection over an ``asyncio.Protocol`` that splits the
   replies out of ``data_received`` and hands each to the waiting request's future;
+- ``buffered``: the same over an ``asyncio.BufferedProtocol``, received into one reused
+  buffer (the plain transport receives into a fresh 256 KiB bytes object each time);
 - ``streams``: a coroutine per connection over ``asyncio.open_connection``'s reader and
   writer (``readuntil`` / ``readexactly``);
 - ``sock``: a coroutine per connection on a raw non-blocking socket with
@@ -48,7 +50,7 @@ from tests.helpers import BeanstalkServer
 #: Runs one job's command to its end; raises if it failed.
 RunJob = Callable[[int, bytes, bytes], Awaitable[None]]
 MakeRunner = Callable[["AsyncioReactor", str, dict[str, str], Sequence[str]], Runner]
-PATTERNS = ("protocol", "streams", "sock", "callbacks")
+PATTERNS = ("protocol", "buffered", "streams", "sock", "callbacks")
 SPAWNS = ("own", "subprocess", "subprocess-pidfd")
 
 
@@ -144,6 +146,9 @@ class ReplyProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
         self.buffer += data
         waiter = self.waiter
         if waiter is None:
@@ -175,6 +180,20 @@ class ReplyProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+class BufferedReplyProtocol(ReplyProtocol, asyncio.BufferedProtocol):
+    """``buffered``: ``ReplyProtocol`` reading into one reused buffer (``recv_into``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunk = bytearray(65536)
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self.chunk
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._received(bytes(memoryview(self.chunk)[:nbytes]))
 
 
 class StreamConnection:
@@ -228,6 +247,8 @@ async def open_connection(pattern: str, server: BeanstalkServer, tube: str) -> C
     conn: Connection
     if pattern == "protocol":
         _, conn = await loop.create_connection(ReplyProtocol, server.host, server.port)
+    elif pattern == "buffered":
+        _, conn = await loop.create_connection(BufferedReplyProtocol, server.host, server.port)
     elif pattern == "streams":
         conn = StreamConnection(*await asyncio.open_connection(server.host, server.port))
     elif pattern == "sock":

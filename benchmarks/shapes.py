@@ -110,7 +110,7 @@ class CpuMeter:
 
     def __init__(self, server: BeanstalkServer) -> None:
         port = str(server.port)
-        found = [p for p in psutil.Process().children() if port in p.cmdline()]
+        found = [p for p in psutil.Process().children() if port in _cmdline(p)]
         if len(found) != 1:
             raise RuntimeError(f"not one child process serving port {port}: {found}")
         self.server_pid = found[0].pid
@@ -120,6 +120,14 @@ class CpuMeter:
         commands = children.ru_utime + children.ru_stime
         # Scheduler nanoseconds: beanstalkd's share per job is below a clock tick.
         return Cpu(time.process_time(), commands, process_cpu(self.server_pid))
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """Its command line; none for a child that is gone or not yet reaped."""
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return []
 
 
 @dataclass(frozen=True)

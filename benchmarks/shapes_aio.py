@@ -20,7 +20,7 @@ How its command runs is the ``spawn``:
   ``loop.add_reader``; ``FullRunner``'s pipes read the same way), the payload written
   non-blocking (``AsyncioReactor.write_payload``); the coroutine awaits a future the runner
   completes;
-- ``subprocess``: ``asyncio.create_subprocess_exec`` and ``communicate(payload)``, with
+- ``subprocess``: ``asyncio.create_subprocess_exec``, the payload written to its stdin, with
   the policy's child watcher (Python 3.11: a thread per child waiting in ``waitpid``);
 - ``subprocess-pidfd``: the same with ``asyncio.PidfdChildWatcher``.
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import threading
 import warnings
@@ -286,18 +287,43 @@ def run_with(runner: Runner) -> RunJob:
     return run
 
 
-def run_subprocess(argv: Sequence[str], env: dict[str, str]) -> RunJob:
-    """``subprocess``: ``asyncio.create_subprocess_exec``, the payload by ``communicate``."""
+class Subprocesses:
+    """``subprocess``: ``asyncio.create_subprocess_exec``, the payload on its stdin pipe."""
 
-    async def run(job_id: int, body: bytes, stats: bytes) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+        self.argv, self.env = argv, env
+        self.live: set[asyncio.subprocess.Process] = set()
+
+    async def run(self, job_id: int, body: bytes, stats: bytes) -> None:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True
+            *self.argv, stdin=asyncio.subprocess.PIPE, env=self.env, start_new_session=True
         )
-        await proc.communicate(body)
-        if proc.returncode != 0:
-            raise RuntimeError(f"job {job_id}: the command exited with {proc.returncode}")
+        self.live.add(proc)
+        try:
+            await self._feed(proc, body)
+            code = await proc.wait()
+        finally:
+            self.live.discard(proc)
+        if code != 0:
+            raise RuntimeError(f"job {job_id}: the command exited with {code}")
 
-    return run
+    @staticmethod
+    async def _feed(proc: asyncio.subprocess.Process, body: bytes) -> None:
+        """A command need not read its stdin: its exit status tells whether it failed.
+        (``communicate`` would do this, but uvloop reports a pipe closed by a command that
+        already exited as RuntimeError.)"""
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+            proc.stdin.write(body)
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    async def close(self) -> None:
+        """Kill and reap what still runs (the drain stopped on an error)."""
+        for proc in self.live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.gather(*(proc.wait() for proc in self.live))
 
 
 @contextmanager
@@ -365,6 +391,7 @@ class Workers:
         runner = self.variant.make_runner(reactor, self.tube, env, self.variant.argv)
         conns: list[Connection] = []
         socks: list[socket.socket] = []
+        subprocesses = Subprocesses(self.variant.argv, env)
         try:
             if self.variant.pattern == "callbacks":
                 socks += (connect(self.server.host, self.server.port, self.tube)
@@ -375,8 +402,7 @@ class Workers:
                 return
             for _ in range(count):
                 conns.append(await open_connection(self.variant.pattern, self.server, self.tube))
-            own = self.variant.spawn == "own"
-            run = run_with(runner) if own else run_subprocess(self.variant.argv, env)
+            run = run_with(runner) if self.variant.spawn == "own" else subprocesses.run
             tasks = [self.loop.create_task(work(conn, run)) for conn in conns]
             for task in tasks:
                 task.add_done_callback(self._ended)
@@ -392,6 +418,7 @@ class Workers:
                 conn.close()
             runner.close()
             reactor.close()
+            await subprocesses.close()
 
     def _run(self, count: int, env: dict[str, str]) -> None:
         try:

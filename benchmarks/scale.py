@@ -11,7 +11,9 @@ a fresh server. Both serve every listed tube (``default`` too), so the workers e
 - threads (``Threads`` of /proc/PID/status) and RSS, once a settling second has passed;
 - idle CPU of the supervisor and of the server over a window (``--seconds``) with nothing
   else talking to the server: every thread's scheduler nanoseconds from /proc/PID/task/*/
-  schedstat, as a percentage of one core.
+  schedstat, as a percentage of one core. 30 s by default: both supervisors do periodic
+  work every 10 s (Go's list-tubes, our discovery's look at each tube), so a window of a
+  few periods counts it fairly.
 
 The table ends with the ratios to Go measured in the same run and the targets of issue 26:
 start <= 2 x Go's, RSS <= Go's, threads <= 16, idle CPU (supervisor + server) within 0.2
@@ -19,7 +21,7 @@ points of Go's. Go cmdstalk is built as ``idle.py`` builds it (``--go-cmdstalk P
 ``CMDSTALK_GO_BIN``, or from the snapshots under ``--go-sources``); without it, Go is
 skipped with the reason printed and no ratios.
 
-Usage: ``python benchmarks/scale.py [--quick] [--tubes N] [--per-tube K] [--seconds S]
+Usage: ``python benchmarks/scale.py [--quick] [--tubes N] [--per-tube K] [--seconds S] [--only NAME]
 [--go-cmdstalk PATH]``
 """
 
@@ -213,7 +215,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--tubes", type=int, default=None, help="tubes (1000)")
     p.add_argument("--per-tube", type=int, default=None, help="workers per tube (6)")
-    p.add_argument("--seconds", type=float, default=None, help="idle window (10)")
+    p.add_argument("--seconds", type=float, default=None, help="idle window (30)")
     p.add_argument("--only", choices=("cmdstalk", "go"), help="measure one supervisor")
     p.add_argument(
         "--go-cmdstalk",
@@ -233,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     tubes = args.tubes or (20 if args.quick else 1000)
     per_tube = args.per_tube or (2 if args.quick else 6)
-    seconds = args.seconds or (1.5 if args.quick else 10.0)
+    seconds = args.seconds or (1.5 if args.quick else 30.0)
     if beanstalkd_kind() is None:
         print("scale benchmark skipped: beanstalkd not found (set BEANSTALKD_PATH)")
         return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -62,9 +63,11 @@ class AsyncClient(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._framer = ReplyFramer()
         # Replies are received into one reused buffer (``BufferedProtocol``), not a fresh
-        # 256 KiB bytes object per receive as a plain Protocol's transport makes.
-        self._rx = bytearray(RECV_SIZE)
-        self._rx_view = memoryview(self._rx)
+        # 256 KiB bytes object per receive as a plain Protocol's transport makes; one per
+        # thread (its loop), shared by every connection on it: each receive is framed
+        # (copied out) before the next begins, and a thousand idle workers must not hold
+        # a thousand buffers.
+        self._rx_view = _receive_buffer()
         self._pending: deque[_Pending] = deque()
         self._last_rx = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
@@ -259,6 +262,21 @@ class AsyncClient(asyncio.BufferedProtocol):
     def tubes(self) -> asyncio.Future[list[str]]:
         """Every tube on the server (``list-tubes``)."""
         return self.request(b"list-tubes\r\n", lambda r: parse_list(_block_of(r)), self.io_timeout)
+
+    def tubes_listed(self) -> asyncio.Future[bytes]:
+        """``list-tubes``' reply as it came (``replies.parse_list`` reads it): a poller
+        that sees the same bytes as last time need not parse them again."""
+        return self.request(b"list-tubes\r\n", _block_of, self.io_timeout)
+
+
+_BUFFERS = threading.local()
+
+
+def _receive_buffer() -> memoryview:
+    view: memoryview | None = getattr(_BUFFERS, "view", None)
+    if view is None:
+        view = _BUFFERS.view = memoryview(bytearray(RECV_SIZE))
+    return view
 
 
 def _job_of(reply: Reply) -> Job:

@@ -51,6 +51,7 @@ class Extras:
     reload: Callable[[], Sequence[Config]] | None = None
     http: str | None = None  # the dashboard's HOST:PORT
     http_token: str | None = None
+    http_allow_host: tuple[str, ...] = ()  # Host names the dashboard answers besides its own
 
 
 def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
@@ -159,7 +160,7 @@ def _start_dashboard(
         dashboard = start_dashboard(
             extras.http, board, served, supervisor.dispatcher.tubes,
             supervisor.request_stop, extras.http_token, connections,
-            exporter.render if exporter is not None else None,
+            exporter.render if exporter is not None else None, extras.http_allow_host,
         )  # fmt: skip
     except (ValueError, OSError) as e:
         raise click.BadParameter(str(e), param_hint="--http") from None

@@ -51,13 +51,16 @@ def _address_or_name(text: str) -> Address | str | None:
     return name if _NAME.fullmatch(name) else None
 
 
-def allowed_name(text: str) -> Address | str:
-    """An operator's ``--http-allow-host`` value as ``HostCheck`` compares it; ValueError
-    for one no ``Host`` header could match."""
-    host = parse_host(text.strip())
-    if host is None or (isinstance(host, str) and text.strip().startswith("[")):
-        raise ValueError(f"{text!r} is not a host name or address")
-    return host
+def allowed_names(values: Iterable[str]) -> set[Address | str]:
+    """The operator's ``--http-allow-host`` values (each may list several, split by commas
+    or spaces) as ``HostCheck`` compares them; ValueError for one no ``Host`` could match."""
+    found: set[Address | str] = set()
+    for text in (name for value in values for name in value.replace(",", " ").split()):
+        host = parse_host(text)
+        if host is None:
+            raise ValueError(f"--http-allow-host: {text!r} is not a host name or address")
+        found.add(host)
+    return found
 
 
 class HostCheck:
@@ -70,7 +73,7 @@ class HostCheck:
     def __init__(self, listen: str, bound: str, allowed: Iterable[str] = ()) -> None:
         self.bound = ipaddress.ip_address(bound.split("%", 1)[0])
         self.wildcard = self.bound.is_unspecified
-        self.names: set[Address | str] = {allowed_name(a) for a in allowed}
+        self.names = allowed_names(allowed)
         self.names.add(self.bound)
         given = _address_or_name(listen.strip("[]").lower())
         if given is not None:

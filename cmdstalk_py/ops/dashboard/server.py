@@ -61,7 +61,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 TOKEN_HEADER = "x-cmdstalk-token"
-BACKLOG = 128
+BACKLOG = 1024  # connections waiting in the kernel cost the process no descriptor
 CLOSE_TIMEOUT = 5.0
 
 

@@ -29,8 +29,13 @@ Counts = collections.Counter[str]
 
 async def _stdin_closed() -> None:
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_signal_handler(signal.SIGTERM, lambda: done.done() or done.set_result(None))
+    done: asyncio.Future[None] = loop.create_future()
+
+    def stop() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     eof = asyncio.ensure_future(reader.read())

@@ -4,8 +4,8 @@ It checks what an operator sees: a running job whose elapsed time advances, a fa
 its stderr tail (hostile markup shown as text, never run), an action refused without the
 token and carried out with it, its answer in view of the button however far down the page
 it is, a kicked job's row without its buttons, a drain that asks first; and that a page of
-another name made to resolve to 127.0.0.1 (DNS rebinding) reads nothing. The screenshot it takes is README's (``docs/dashboard.png``,
-rewritten when ``CMDSTALK_UPDATE_SCREENSHOT=1``).
+another name made to resolve to 127.0.0.1 (DNS rebinding) reads nothing. The screenshot it
+takes is README's (``docs/dashboard.png``, rewritten when ``CMDSTALK_UPDATE_SCREENSHOT=1``).
 """
 
 from __future__ import annotations
@@ -163,6 +163,12 @@ def _refused_then_done(page: Any, sup: Supervised, job_id: int) -> None:
     again.first.wait_for(timeout=30_000)
 
 
+def _next_poll(page: Any) -> None:
+    before = page.text_content("#updated")
+    wait_until(lambda: page.text_content("#updated") != before, timeout=30,
+               message="the page's next poll")  # fmt: skip
+
+
 def _drain_asks_first(page: Any, sup: Supervised) -> None:
     drains: list[str] = []
     page.on("request", lambda r: drains.append(r.url) if "/actions/drain" in r.url else None)
@@ -172,9 +178,7 @@ def _drain_asks_first(page: Any, sup: Supervised) -> None:
     page.locator("#drain-confirm").wait_for(state="hidden", timeout=30_000)
     # Two of the page's polls later, still not asked to drain.
     for _ in range(2):
-        before = page.text_content("#updated")
-        wait_until(lambda: page.text_content("#updated") != before, timeout=30,
-                   message="the page's next poll")  # fmt: skip
+        _next_poll(page)
     assert drains == [] and sup.state()["supervisor"]["state"] == "running"
     page.click("#drain")
     page.click("#drain-yes")

@@ -39,7 +39,8 @@ async def _stdin_closed() -> None:
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     eof = asyncio.ensure_future(reader.read())
-    await asyncio.wait([eof, done], return_when=asyncio.FIRST_COMPLETED)
+    eof.add_done_callback(lambda _: stop())
+    await done
     eof.cancel()
 
 

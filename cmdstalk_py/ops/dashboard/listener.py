@@ -44,6 +44,7 @@ log = logging.getLogger("cmdstalk.dashboard")
 
 REQUEST_TIMEOUT = 15.0
 WRITE_TIMEOUT = 10.0
+LINGER_SECONDS, LINGER_BYTES = 2.0, 1 << 20  # after an answer to a request cut short
 ACCEPT_RETRY = 0.5  # seconds before accepting again when accept() itself failed (EMFILE)
 BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
@@ -154,6 +155,7 @@ class Listener:
                 self._throttle.log("bad", logging.INFO, "dashboard: bad request (%d): %s",
                                    e.status, e)  # fmt: skip
                 await self._send(writer, error_response(e.status, str(e), close=True))
+                await _linger(reader, writer)
                 return
             if request is None:
                 return
@@ -186,6 +188,19 @@ async def _read(reader: asyncio.StreamReader) -> Request | None:
     request = parse_head(head)
     length = request.content_length()
     return replace(request, body=await reader.readexactly(length)) if length else request
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Let the client read the answer to a request cut short: closing with its unread
+    bytes still in our buffer would reset the connection, and the answer with it. So: say
+    we are done writing, then drop what it still sends, ``LINGER_BYTES`` within
+    ``LINGER_SECONDS`` at most."""
+    writer.write_eof()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            dropped = 0
+            while dropped < LINGER_BYTES and (chunk := await reader.read(65536)):
+                dropped += len(chunk)
 
 
 def _peer(address: object) -> str:

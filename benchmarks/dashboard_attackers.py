@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import signal
 import socket
 import sys
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 Counts = collections.Counter[str]
 
@@ -60,15 +61,30 @@ async def idle(host: str, port: int, count: int) -> Counts:
         except OSError as e:
             counts[f"connect error: {e.strerror}"] += 1
 
-    # One at a time: a burst beyond a small listen backlog is dropped by some network
-    # stacks (gVisor's) while the client believes it connected.
-    for sock in sockets:
-        await connect(sock)
-    print("ready", flush=True)
-    await _stdin_closed()
+    async def connect_all() -> None:
+        # One at a time: a burst beyond a small listen backlog is dropped by some network
+        # stacks (gVisor's) while the client believes it connected.
+        for sock in sockets:
+            await connect(sock)
+        print("ready", flush=True)
+
+    await _until_stopped(connect_all())
     for sock in sockets:
         sock.close()
     return counts
+
+
+async def _until_stopped(attack: Awaitable[None]) -> None:
+    """Run ``attack`` (and hold what it opened) until stdin closes or SIGTERM comes, even
+    while it is still getting ready (a server that stopped accepting never lets it)."""
+    stopped = asyncio.ensure_future(_stdin_closed())
+    attacking = asyncio.ensure_future(attack)
+    await asyncio.wait([stopped, attacking], return_when=asyncio.FIRST_COMPLETED)
+    if not stopped.done():
+        await stopped
+    attacking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await attacking
 
 
 async def _one_client(
@@ -119,15 +135,21 @@ async def flood(url: str, clients: int, interval: float) -> Counts:
     counts: Counts = collections.Counter()
     parts = urllib.parse.urlsplit(url)
     firsts = [asyncio.Event() for _ in range(clients)]
-    tasks = [asyncio.ensure_future(_one_client(parts, interval, counts, first))
-             for first in firsts]  # fmt: skip
-    await asyncio.gather(*(first.wait() for first in firsts))
-    print("ready", flush=True)
     started = time.monotonic()
-    await _stdin_closed()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def poll() -> None:
+        tasks = [asyncio.ensure_future(_one_client(parts, interval, counts, first))
+                 for first in firsts]  # fmt: skip
+        try:
+            await asyncio.gather(*(first.wait() for first in firsts))
+            print("ready", flush=True)
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    await _until_stopped(poll())
     counts["seconds"] = round(time.monotonic() - started)
     return counts
 

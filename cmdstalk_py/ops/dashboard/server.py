@@ -107,6 +107,7 @@ class Dashboard(Observer):
         self._throttle = LogThrottle(log)
         self.listener = Listener(sock, self.respond, HEADERS)
         self._thread: threading.Thread | None = None
+        self.closed = False
         if loop is None:
             loop = asyncio.new_event_loop()
             loop.set_exception_handler(self._loop_error)
@@ -253,10 +254,18 @@ class Dashboard(Observer):
 
     async def aclose(self) -> None:
         """Stop serving, on the loop (for a caller on the loop; ``close()`` otherwise)."""
+        self.closed = True
         await self.listener.aclose()
+        self.snapshots.cancel()
 
     def close(self) -> None:
-        """Stop serving (the supervisor has stopped)."""
+        """Stop serving (the supervisor has stopped); again: nothing more."""
+        if not self.closed:
+            self._stop_serving()
+        self._offload.close()
+        self.queues.close()
+
+    def _stop_serving(self) -> None:
         try:
             if self._thread is not None:  # our own loop: wait for it, then end it
                 done = asyncio.run_coroutine_threadsafe(self.aclose(), self.loop)
@@ -265,11 +274,10 @@ class Dashboard(Observer):
                 self._thread.join(timeout=CLOSE_TIMEOUT)
                 self.loop.close()
             else:  # the caller's loop: it may be this very thread's, so nothing to wait for
+                self.closed = True
                 self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.aclose()))
         except (RuntimeError, TimeoutError) as e:  # a loop already closed, or wedged
             log.warning("dashboard: closing: %r", e)
-        self._offload.close()
-        self.queues.close()
 
 
 def start_dashboard(

@@ -65,6 +65,12 @@ class Snapshots:
             self._done[name] = (began, generation, rendered)
         return rendered
 
+    def cancel(self) -> None:
+        """Abandon the renderings under way (the loop is closing: none must be left
+        pending on it)."""
+        for _, task in self._pending.values():
+            task.cancel()
+
     def expire(self) -> None:
         """Forget every rendering: the next ``get`` renders anew."""
         self._generation += 1

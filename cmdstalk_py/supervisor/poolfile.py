@@ -21,7 +21,7 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,14 @@ from cmdstalk_py.supervisor.config import (
     check_rate,
     default_burst,
     is_glob,
+    no_nul,
     parse_address,
     validate_tube,
     validate_tube_or_glob,
 )
 from cmdstalk_py.supervisor.config import parse_rate as parse_rate_text
+from cmdstalk_py.supervisor.fileread import FileReadError, read_regular
+from cmdstalk_py.supervisor.overlaps import first_overlap
 
 # File keys spelled unlike their flag's parameter name (limits and rates: tables, below).
 FILE_KEYS = {"all_tubes": "all", "cmd": "command", "tube_limits": "limits", "tube_rates": "rates"}
@@ -53,6 +56,8 @@ _LIST_TEXT: dict[str, Callable[[list[Any]], str]] = {
     "bury_exit_codes": lambda codes: ",".join(str(c) for c in codes),
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 class PoolFileError(ValueError):
@@ -60,7 +65,8 @@ class PoolFileError(ValueError):
 
     def __init__(self, path: Path | str, key: str, what: str) -> None:
         self.path, self.key, self.what = str(path), key, what
-        super().__init__(f"{path}: {key}: {what}" if key else f"{path}: {what}")
+        line = f"{path}: {key}: {what}" if key else f"{path}: {what}"
+        super().__init__(printable(line))  # one line, whatever the file or its name hold
 
 
 class _Bad(ValueError):
@@ -87,20 +93,37 @@ def pool_keys() -> frozenset[str]:
 
 
 def load_pools(path: Path) -> tuple[Config, ...]:
-    """Read ``path`` (TOML) into one ``Config`` per pool; PoolFileError when it is unusable."""
+    """Read ``path`` (TOML) into one ``Config`` per pool; PoolFileError when it is unusable.
+
+    Never blocks and never reads without bound (``fileread``): SIGHUP calls this from the
+    loop that also acts on SIGTERM."""
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise PoolFileError(path, "", e.strerror or str(e)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise PoolFileError(path, "", f"not valid TOML: {e}") from None
+        read = read_regular(path)
+    except FileReadError as e:
+        raise PoolFileError(path, "", str(e)) from None
+    data = _toml(path, read.data)
     try:
-        configs = _pools(data, Path(path).resolve().parent)
-        _check_overlaps(configs)
+        configs = _pools(data, read.path.parent)
+        check_overlaps(configs)
     except _Bad as e:
         raise PoolFileError(path, e.key, e.what) from None
     return configs
+
+
+def _toml(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise PoolFileError(path, "", f"not UTF-8: byte {e.start + 1} (line {line})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PoolFileError(path, "", f"not valid TOML: {e}") from None
+    except RecursionError:
+        # tomllib recurses once per nested array or inline table.
+        what = "not valid TOML: arrays or inline tables nested too deeply"
+        raise PoolFileError(path, "", what) from None
 
 
 def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
@@ -115,7 +138,7 @@ def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
         raise _Bad("pools", "no pools: add a [pools.NAME] table")
     configs: list[Config] = []
     for name, table in pools.items():
-        where = f"pools.{name}"
+        where = _join("pools", name)
         _expect(table, dict, where, "a table")
         _known(table, keys, where)
         _pool_name(name, where)
@@ -169,7 +192,7 @@ def _inherit(defaults: dict[str, Any], table: dict[str, Any], where: str) -> dic
 
 
 def _pool(name: str, table: dict[str, Any], base: Path) -> Config:
-    where = f"pools.{name}"
+    where = _join("pools", name)
     flags = pool_flags()
     kwargs: dict[str, Any] = {"pool": name}
     for key, value in table.items():
@@ -186,7 +209,7 @@ def _pool(name: str, table: dict[str, Any], base: Path) -> Config:
     if "cwd" in table:
         kwargs["cwd"] = _cwd(table["cwd"], base, _join(where, "cwd"))
     kwargs["env"] = _env(table.get("env", {}), _join(where, "env"))
-    served = (kwargs.get("all_tubes", False), kwargs.get("tubes", ()))
+    served = _Served.of(kwargs.get("all_tubes", False), kwargs.get("tubes", ()))
     kwargs["tube_limits"] = _limits(table.get("limits", {}), served, _join(where, "limits"))
     kwargs["tube_rates"] = _rates(table.get("rates", {}), served, _join(where, "rates"))
     try:
@@ -223,7 +246,7 @@ def _flag_input(flag: click.Option, raw: Any, where: str) -> Any:
 def _expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
     # TOML booleans are Python ints: `workers = true` must not mean one worker.
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise _Bad(where, f"expected {what}, got {_toml_type(value)} {value!r}")
+        raise _Bad(where, f"expected {what}, got {_toml_type(value)} {_clip(repr(value))}")
     return value
 
 
@@ -233,7 +256,29 @@ def _toml_type(value: Any) -> str:
 
 
 def _join(where: str, key: str) -> str:
+    """``where.key``, the key as TOML writes it: bare, or quoted with its escapes, so that
+    a name holding a dot, a terminal escape or a line break cannot reach a terminal or
+    forge a log line."""
+    if not _BARE_KEY.fullmatch(key):
+        key = _clip('"' + "".join(_TOML_ESCAPES.get(c) or _escape(c) for c in key) + '"')
     return f"{where}.{key}" if where else key
+
+
+def _escape(char: str) -> str:
+    if char.isprintable():
+        return char
+    return f"\\u{ord(char):04X}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08X}"
+
+
+def _clip(text: str, most: int = 80) -> str:
+    """An error line quotes what it names, not a megabyte of it."""
+    return text if len(text) <= most else f"{text[: most - 3]}..."
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal could act on (controls, bidirectional
+    overrides) written as a TOML escape; the rest as it is."""
+    return "".join(_escape(c) for c in text)
 
 
 def _pool_name(name: str, where: str) -> None:
@@ -254,7 +299,7 @@ def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
     entries = [raw] if isinstance(raw, str) else _expect(raw, list, key, "a list or a string")
     if not entries:
         raise _Bad(key, "empty: list at least one tube, or \"*\" for every tube")
-    tubes: list[str] = []
+    tubes: dict[str, None] = {}  # in order; a dict, so that a long list checks in linear time
     for entry in entries:
         _expect(entry, str, key, "a list of strings")
         if entry == "*":
@@ -262,7 +307,7 @@ def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
         _check_tube(entry, key)
         if entry in tubes:
             raise _Bad(key, f"tube {entry!r} listed twice")
-        tubes.append(entry)
+        tubes[entry] = None
     return {"tubes": tuple(tubes)}
 
 
@@ -277,23 +322,25 @@ def _address(raw: Any, key: str) -> dict[str, Any]:
     if raw is None:
         return {}
     items = raw.split(",") if isinstance(raw, str) else _expect(raw, list, key, "a list")
-    servers: list[tuple[str, int]] = []
+    servers: dict[tuple[str, int], None] = {}
     for item in items:
         try:
-            server = parse_address(_expect(item, str, key, "host:port strings"))
+            text = _no_nul(_expect(item, str, key, "host:port strings"), key, "the address")
+            server = parse_address(text)
         except ValueError as e:
             raise _Bad(key, str(e)) from None
         if server in servers:
             raise _Bad(key, f"{item.strip()!r} listed twice")
-        servers.append(server)
+        servers[server] = None
     if not servers:
         raise _Bad(key, "empty: give at least one host:port")
-    host, port = servers[0]
+    host, port = next(iter(servers))
     return {"host": host, "port": port, "servers": tuple(servers) if len(servers) > 1 else ()}
 
 
 def _cwd(raw: Any, base: Path, key: str) -> str:
-    path = base / Path(_expect(raw, str, key, "a directory path")).expanduser()
+    text = _no_nul(_expect(raw, str, key, "a directory path"), key, "the directory")
+    path = base / Path(text).expanduser()
     if not path.is_dir():
         raise _Bad(key, f"{str(path)!r} is not a directory")
     return str(path)
@@ -304,11 +351,37 @@ def _env(raw: Any, key: str) -> tuple[tuple[str, str], ...]:
     for name, value in table.items():
         if not _ENV_NAME.fullmatch(name):
             raise _Bad(_join(key, name), "not an environment variable name")
-        _expect(value, str, _join(key, name), "a string")
+        _no_nul(_expect(value, str, _join(key, name), "a string"), _join(key, name))
     return tuple(table.items())
 
 
-_Served = tuple[bool, tuple[str, ...]]  # (all tubes, tubes or globs) of a pool
+def _no_nul(text: str, key: str, what: str = "the value") -> str:
+    """A NUL would end a path, a variable or an address where the system reads it:
+    --check says so, instead of every job or connection failing later."""
+    try:
+        no_nul((text,), what)
+    except ValueError as e:
+        raise _Bad(key, str(e)) from None
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """The tubes a pool serves, for its limits and rates to name: every one, or its names
+    (a set: a pool may list hundreds) and globs."""
+
+    all_tubes: bool
+    names: frozenset[str]
+    globs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, all_tubes: bool, tubes: tuple[str, ...]) -> _Served:
+        tubes = tubes or ("default",)
+        names = frozenset(t for t in tubes if not is_glob(t))
+        return cls(all_tubes, names, tuple(t for t in tubes if is_glob(t)))
+
+    def matches(self, tube: str) -> bool:
+        return any(fnmatch.fnmatchcase(tube, glob) for glob in self.globs)
 
 
 def _limits(raw: Any, served: _Served, key: str) -> tuple[tuple[str, int], ...]:
@@ -368,38 +441,17 @@ def _served_tube(tube: str, served: _Served, where: str) -> str:
     if is_glob(tube):
         raise _Bad(where, "a limit or rate names one tube, not a glob")
     _check_tube(tube, where)
-    all_tubes, tubes = served
-    if not all_tubes and not any(fnmatch.fnmatchcase(tube, t) for t in tubes or ("default",)):
+    if not (served.all_tubes or tube in served.names or served.matches(tube)):
         raise _Bad(where, f"{tube!r} is not one of the pool's tubes")
     return where
 
 
-def _servers(config: Config) -> set[tuple[str, int]]:
-    return set(config.servers) or {(config.host, config.port)}
-
-
-def _check_overlaps(configs: tuple[Config, ...]) -> None:
-    """Two pools serving one tube on one server would split its jobs between two commands."""
-    for i, a in enumerate(configs):
-        for b in configs[i + 1 :]:
-            if not _servers(a) & _servers(b):
-                continue
-            clash = _shared_tube(a, b)
-            if clash is not None:
-                raise _Bad(
-                    f"pools.{b.pool}.{'all' if b.all_tubes else 'tubes'}",
-                    f"{clash} is also served by pool {a.pool!r} on the same server",
-                )
-
-
-def _shared_tube(a: Config, b: Config) -> str | None:
-    if a.all_tubes or b.all_tubes:
-        return "every tube (all)"
-    for x in a.tubes:
-        for y in b.tubes:
-            # Two globs may or may not meet, depending on which tubes appear: allowed.
-            if x == y or (not is_glob(x) and fnmatch.fnmatchcase(x, y)) or (
-                not is_glob(y) and fnmatch.fnmatchcase(y, x)
-            ):
-                return f"tube {x if not is_glob(x) else y!r}"
-    return None
+def check_overlaps(configs: tuple[Config, ...]) -> None:
+    """_Bad naming the later pool when two pools serve one tube on one server."""
+    overlap = first_overlap(configs)
+    if overlap is not None:
+        later = overlap.later
+        raise _Bad(
+            _join(_join("pools", later.pool), "all" if later.all_tubes else "tubes"),
+            f"{overlap.what} is also served by pool {overlap.earlier.pool!r} on the same server",
+        )

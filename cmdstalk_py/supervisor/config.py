@@ -177,7 +177,10 @@ def _field(name: str, tube: str | None = None) -> Iterator[None]:
 
 def is_glob(name: str) -> bool:
     """A ``tubes`` entry with ``*``, ``?`` or ``[`` is a pattern (tube names have none)."""
-    return any(c in name for c in "*?[")
+    return _WILDCARD.search(name) is not None
+
+
+_WILDCARD = re.compile(r"[*?[]")
 
 
 def validate_tube_or_glob(name: str) -> str:

@@ -90,9 +90,8 @@ def _glob_clashes(index: _Index) -> list[_Clash]:
     backward = sorted(name[::-1] for name in index.names)
     found: list[_Clash] = []
     for glob, positions in index.globs.items():
-        matches = re.compile(fnmatch.translate(glob)).match
         for name in _candidates(glob, forward, backward):
-            if not matches(name):
+            if not fnmatch.fnmatchcase(name, glob):
                 continue
             for position in positions[:2]:  # the glob's earliest owners suffice
                 owners = index.names[name]

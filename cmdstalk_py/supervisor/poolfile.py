@@ -115,7 +115,9 @@ def _toml(path: Path, raw: bytes) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise PoolFileError(path, "", f"not UTF-8: byte {e.start + 1} (line {line})") from None
+        column = e.start - raw.rfind(b"\n", 0, e.start)
+        what = f"not UTF-8 at line {line}, column {column} (byte {e.start + 1})"
+        raise PoolFileError(path, "", what) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

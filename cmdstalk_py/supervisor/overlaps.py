@@ -93,11 +93,11 @@ def _glob_clashes(index: _Index) -> list[_Clash]:
         for name in _candidates(glob, forward, backward):
             if not fnmatch.fnmatchcase(name, glob):
                 continue
-            for position in positions[:2]:  # the glob's earliest owners suffice
-                owners = index.names[name]
-                other = next((p for p in owners[:2] if p != position), None)
-                if other is not None:
-                    found.append(_ordered(position, other, f"tube {name!r}"))
+            # The glob's first pool suffices: a later one meets the first already.
+            position, owners = positions[0], index.names[name]
+            other = next((p for p in owners[:2] if p != position), None)
+            if other is not None:
+                found.append(_ordered(position, other, f"tube {name!r}"))
     return found
 
 

@@ -98,7 +98,7 @@ def test_a_missing_file_exits_2(tmp_path: Path) -> None:
         (["--per-tube", "2"], {}, "--per-tube"),
         (["-tubes=a"], {}, "--tubes"),
         (["--cmd", "cat"], {}, "--cmd"),
-        ([], {"CMDSTALK_ADDRESS": "127.0.0.1:1"}, "--address"),
+        (["--address", "127.0.0.1:1"], {"CMDSTALK_ADDRESS": "127.0.0.1:1"}, "--address"),
     ],
 )
 def test_pool_flags_beside_config_are_refused(
@@ -109,6 +109,34 @@ def test_pool_flags_beside_config_are_refused(
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert mentions in line and "pool option" in line
+
+
+def test_pool_variables_beside_config_are_ignored_and_listed(pools_file: Path) -> None:
+    """One shell serves cmdstalk-ctl (CMDSTALK_ADDRESS) and cmdstalk --config: the file sets
+    the pools, a pool option's variable is ignored (even a value its flag would refuse), a
+    supervisor-wide variable still applies."""
+    pools_file.write_text('[pools.one]\ncommand = "cat"\naddress = "127.0.0.1:11301"\n')
+    proc = cmdstalk(
+        "--config", str(pools_file), "--check",
+        CMDSTALK_ADDRESS="10.9.9.9:1", CMDSTALK_TUBES="other", CMDSTALK_PER_TUBE="many",
+        CMDSTALK_CMD="false", CMDSTALK_MAX_JOBS="0",
+    )
+    assert proc.returncode == 2 and "--max-jobs" in error_lines(proc)[0]  # still read
+    proc = cmdstalk(
+        "--config", str(pools_file), "--check",
+        CMDSTALK_ADDRESS="10.9.9.9:1", CMDSTALK_TUBES="other", CMDSTALK_PER_TUBE="many",
+        CMDSTALK_CMD="false",
+    )
+    assert proc.returncode == 0, proc.stderr
+    ignored = "ignored (the file sets pool options): "
+    assert (
+        f"{ignored}CMDSTALK_ADDRESS, CMDSTALK_CMD, CMDSTALK_PER_TUBE, CMDSTALK_TUBES"
+        in proc.stdout.splitlines()
+    )
+    assert "127.0.0.1:11301" in proc.stdout and "10.9.9.9" not in proc.stdout
+    (tubes,) = [line.split() for line in proc.stdout.splitlines() if line.startswith("  tubes")]
+    assert tubes == ["tubes", "default"]
+    assert cmdstalk("--config", str(pools_file), "--check").stdout.count(ignored) == 0
 
 
 def test_check_without_config_and_no_cmd_are_usage_errors() -> None:

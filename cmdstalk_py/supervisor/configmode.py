@@ -96,8 +96,13 @@ def _describe_pool(c: Config, names: dict[str, str], keys: frozenset[str]) -> st
         key = names.get(f.name, f.name)
         if f.name not in _HIDDEN and key in keys:  # what the file can set, resolved
             rows.append((key, _show(getattr(c, f.name))))
+    from cmdstalk_py.supervisor.poolfile import printable
+
     width = max(len(k) for k, _ in rows)
-    return "\n".join([f"[pools.{c.pool}]", *(f"  {k:<{width}}  {v}" for k, v in rows)])
+    # A command or an env value may hold a line break or an escape sequence: shown escaped,
+    # one row each, never acted on by the terminal.
+    lines = (f"  {k:<{width}}  {printable(v)}" for k, v in rows)
+    return "\n".join([f"[pools.{c.pool}]", *lines])
 
 
 def _show(value: Any) -> str:

@@ -22,6 +22,7 @@ from click.core import ParameterSource
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.flagkit import ignored_envvars
+from cmdstalk_py.supervisor.keytext import printable
 from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
 
 
@@ -96,8 +97,6 @@ def _describe_pool(c: Config, names: dict[str, str], keys: frozenset[str]) -> st
         key = names.get(f.name, f.name)
         if f.name not in _HIDDEN and key in keys:  # what the file can set, resolved
             rows.append((key, _show(getattr(c, f.name))))
-    from cmdstalk_py.supervisor.poolfile import printable
-
     width = max(len(k) for k, _ in rows)
     # A command or an env value may hold a line break or an escape sequence: shown escaped,
     # one row each, never acted on by the terminal.

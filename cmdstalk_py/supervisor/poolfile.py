@@ -43,6 +43,7 @@ from cmdstalk_py.supervisor.config import (
 )
 from cmdstalk_py.supervisor.config import parse_rate as parse_rate_text
 from cmdstalk_py.supervisor.fileread import FileReadError, read_regular
+from cmdstalk_py.supervisor.keytext import clip, join_key, printable
 from cmdstalk_py.supervisor.overlaps import first_overlap
 
 # File keys spelled unlike their flag's parameter name (limits and rates: tables, below).
@@ -56,8 +57,6 @@ _LIST_TEXT: dict[str, Callable[[list[Any]], str]] = {
     "bury_exit_codes": lambda codes: ",".join(str(c) for c in codes),
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 class PoolFileError(ValueError):
@@ -140,7 +139,7 @@ def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
         raise _Bad("pools", "no pools: add a [pools.NAME] table")
     configs: list[Config] = []
     for name, table in pools.items():
-        where = _join("pools", name)
+        where = join_key("pools", name)
         _expect(table, dict, where, "a table")
         _known(table, keys, where)
         _pool_name(name, where)
@@ -169,7 +168,7 @@ def _known(table: Mapping[str, Any], keys: frozenset[str], where: str) -> None:
         hint = ""
         if any(p.name == key for p in cli.command.params):
             hint = f": --{key.replace('_', '-')} is a command-line flag, not a file key"
-        raise _Bad(_join(where, key), f"unknown key{hint}")
+        raise _Bad(join_key(where, key), f"unknown key{hint}")
 
 
 def _inherit(defaults: dict[str, Any], table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -194,26 +193,26 @@ def _inherit(defaults: dict[str, Any], table: dict[str, Any], where: str) -> dic
 
 
 def _pool(name: str, table: dict[str, Any], base: Path) -> Config:
-    where = _join("pools", name)
+    where = join_key("pools", name)
     flags = pool_flags()
     kwargs: dict[str, Any] = {"pool": name}
     for key, value in table.items():
         if key not in _SPECIAL:
-            kwargs[flags[key].name or key] = _flag_value(flags[key], value, _join(where, key))
+            kwargs[flags[key].name or key] = _flag_value(flags[key], value, join_key(where, key))
     if "command" not in table:
-        raise _Bad(_join(where, "command"), "missing: each pool needs a command to run")
+        raise _Bad(join_key(where, "command"), "missing: each pool needs a command to run")
     kwargs.update(_tubes(table, where))
-    kwargs.update(_address(table.get("address"), _join(where, "address")))
+    kwargs.update(_address(table.get("address"), join_key(where, "address")))
     if "workers" in table:
         kwargs["workers"] = _flag_value(
-            flags.get("workers", flags["per_tube"]), table["workers"], _join(where, "workers")
+            flags.get("workers", flags["per_tube"]), table["workers"], join_key(where, "workers")
         )
     if "cwd" in table:
-        kwargs["cwd"] = _cwd(table["cwd"], base, _join(where, "cwd"))
-    kwargs["env"] = _env(table.get("env", {}), _join(where, "env"))
+        kwargs["cwd"] = _cwd(table["cwd"], base, join_key(where, "cwd"))
+    kwargs["env"] = _env(table.get("env", {}), join_key(where, "env"))
     served = _Served.of(kwargs.get("all_tubes", False), kwargs.get("tubes", ()))
-    kwargs["tube_limits"] = _limits(table.get("limits", {}), served, _join(where, "limits"))
-    kwargs["tube_rates"] = _rates(table.get("rates", {}), served, _join(where, "rates"))
+    kwargs["tube_limits"] = _limits(table.get("limits", {}), served, join_key(where, "limits"))
+    kwargs["tube_rates"] = _rates(table.get("rates", {}), served, join_key(where, "rates"))
     try:
         return Config(**kwargs)
     except ValueError as e:
@@ -248,39 +247,13 @@ def _flag_input(flag: click.Option, raw: Any, where: str) -> Any:
 def _expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
     # TOML booleans are Python ints: `workers = true` must not mean one worker.
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise _Bad(where, f"expected {what}, got {_toml_type(value)} {_clip(repr(value))}")
+        raise _Bad(where, f"expected {what}, got {_toml_type(value)} {clip(repr(value))}")
     return value
 
 
 def _toml_type(value: Any) -> str:
     names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
     return "table" if isinstance(value, dict) else names.get(type(value), type(value).__name__)
-
-
-def _join(where: str, key: str) -> str:
-    """``where.key``, the key as TOML writes it: bare, or quoted with its escapes, so that
-    a name holding a dot, a terminal escape or a line break cannot reach a terminal or
-    forge a log line."""
-    if not _BARE_KEY.fullmatch(key):
-        key = _clip('"' + "".join(_TOML_ESCAPES.get(c) or _escape(c) for c in key) + '"')
-    return f"{where}.{key}" if where else key
-
-
-def _escape(char: str) -> str:
-    if char.isprintable():
-        return char
-    return f"\\u{ord(char):04X}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08X}"
-
-
-def _clip(text: str, most: int = 80) -> str:
-    """An error line quotes what it names, not a megabyte of it."""
-    return text if len(text) <= most else f"{text[: most - 3]}..."
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal could act on (controls, bidirectional
-    overrides) written as a TOML escape; the rest as it is."""
-    return "".join(_escape(c) for c in text)
 
 
 def _pool_name(name: str, where: str) -> None:
@@ -293,10 +266,10 @@ def _pool_name(name: str, where: str) -> None:
 
 def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
     if "all" in table:
-        return {"all_tubes": _expect(table["all"], bool, _join(where, "all"), "true or false")}
+        return {"all_tubes": _expect(table["all"], bool, join_key(where, "all"), "true or false")}
     if "tubes" not in table:
         return {}
-    key = _join(where, "tubes")
+    key = join_key(where, "tubes")
     raw = table["tubes"]
     entries = [raw] if isinstance(raw, str) else _expect(raw, list, key, "a list or a string")
     if not entries:
@@ -352,8 +325,8 @@ def _env(raw: Any, key: str) -> tuple[tuple[str, str], ...]:
     table = _expect(raw, dict, key, "a table of NAME = \"value\"")
     for name, value in table.items():
         if not _ENV_NAME.fullmatch(name):
-            raise _Bad(_join(key, name), "not an environment variable name")
-        _no_nul(_expect(value, str, _join(key, name), "a string"), _join(key, name))
+            raise _Bad(join_key(key, name), "not an environment variable name")
+        _no_nul(_expect(value, str, join_key(key, name), "a string"), join_key(key, name))
     return tuple(table.items())
 
 
@@ -390,7 +363,7 @@ def _limits(raw: Any, served: _Served, key: str) -> tuple[tuple[str, int], ...]:
     table = _expect(raw, dict, key, "a table of TUBE = N")
     limits: list[tuple[str, int]] = []
     for tube, value in table.items():
-        where = _served_tube(tube, served, _join(key, tube))
+        where = _served_tube(tube, served, join_key(key, tube))
         count = _expect(value, int, where, "a whole number of running jobs")
         try:
             limits.append((tube, check_limit(count)))
@@ -403,7 +376,7 @@ def _rates(raw: Any, served: _Served, key: str) -> tuple[tuple[str, float, float
     table = _expect(raw, dict, key, "a table of TUBE = \"N/s\" or {rate = N, burst = B}")
     rates: list[tuple[str, float, float]] = []
     for tube, value in table.items():
-        where = _served_tube(tube, served, _join(key, tube))
+        where = _served_tube(tube, served, join_key(key, tube))
         rates.append((tube, *parse_rate(value, where)))
     return tuple(rates)
 
@@ -416,9 +389,9 @@ def parse_rate(value: Any, where: str = "rate") -> tuple[float, float]:
     if isinstance(value, dict):
         unknown = set(value) - {"rate", "burst"}
         if unknown:
-            raise _Bad(_join(where, sorted(unknown)[0]), "unknown key (rate, burst)")
+            raise _Bad(join_key(where, sorted(unknown)[0]), "unknown key (rate, burst)")
         if "rate" not in value:
-            raise _Bad(_join(where, "rate"), "missing")
+            raise _Bad(join_key(where, "rate"), "missing")
         value, burst = value["rate"], value.get("burst")
     try:
         if isinstance(value, str):
@@ -431,7 +404,7 @@ def parse_rate(value: Any, where: str = "rate") -> tuple[float, float]:
         raise _Bad(where, str(e)) from None
     if burst is None:
         return per_second, default
-    where = _join(where, "burst")
+    where = join_key(where, "burst")
     _expect(burst, int, where, "a whole number of starts")
     try:
         return per_second, check_burst(float(burst))
@@ -454,6 +427,6 @@ def check_overlaps(configs: tuple[Config, ...]) -> None:
     if overlap is not None:
         later = overlap.later
         raise _Bad(
-            _join(_join("pools", later.pool), "all" if later.all_tubes else "tubes"),
+            join_key(join_key("pools", later.pool), "all" if later.all_tubes else "tubes"),
             f"{overlap.what} is also served by pool {overlap.earlier.pool!r} on the same server",
         )

@@ -39,15 +39,25 @@ class _Index:
 
     pools: list[int] = field(default_factory=list)
     all_tubes: list[int] = field(default_factory=list)
-    names: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    globs: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    # Name or glob -> its first pool; and its second, for the few listed twice. Plain
+    # ints, not a list per tube: a file may list a hundred thousand tubes.
+    names: dict[str, int] = field(default_factory=dict)
+    globs: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, int] = field(default_factory=dict)
 
     def add(self, position: int, config: Config) -> None:
         self.pools.append(position)
         if config.all_tubes:
             self.all_tubes.append(position)
         for tube in config.tubes:
-            (self.globs if is_glob(tube) else self.names)[tube].append(position)
+            first = (self.globs if is_glob(tube) else self.names).setdefault(tube, position)
+            if first != position:
+                self.seconds.setdefault(tube, position)
+
+    def owners(self, name: str) -> tuple[int, ...]:
+        """The first two pools listing ``name`` (a name, not a glob)."""
+        second = self.seconds.get(name)
+        return (self.names[name],) if second is None else (self.names[name], second)
 
 
 # A clash as (later position, earlier position, what): the smallest is reported.
@@ -75,10 +85,9 @@ def _clashes(index: _Index) -> list[_Clash]:
         first = index.all_tubes[0]
         other = index.pools[1] if index.pools[0] == first else index.pools[0]
         found.append(_ordered(first, other, "every tube (all)"))
-    for table in (index.names, index.globs):  # the same name or the same glob, twice
-        for name, positions in table.items():
-            if len(positions) > 1:
-                found.append((positions[1], positions[0], f"tube {name!r}"))
+    for name, second in index.seconds.items():  # the same name or the same glob, twice
+        first = index.names[name] if name in index.names else index.globs[name]
+        found.append((second, first, f"tube {name!r}"))
     found.extend(_glob_clashes(index))
     return found
 
@@ -89,13 +98,12 @@ def _glob_clashes(index: _Index) -> list[_Clash]:
     forward = sorted(index.names)
     backward = sorted(name[::-1] for name in index.names)
     found: list[_Clash] = []
-    for glob, positions in index.globs.items():
+    for glob, position in index.globs.items():
+        # The glob's first pool suffices: a later one meets the first already.
         for name in _candidates(glob, forward, backward):
             if not fnmatch.fnmatchcase(name, glob):
                 continue
-            # The glob's first pool suffices: a later one meets the first already.
-            position, owners = positions[0], index.names[name]
-            other = next((p for p in owners[:2] if p != position), None)
+            other = next((p for p in index.owners(name) if p != position), None)
             if other is not None:
                 found.append(_ordered(position, other, f"tube {name!r}"))
     return found

@@ -19,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import click
 
-from cmdstalk_py.supervisor import cli
+from cmdstalk_py.supervisor import cli, tomlread
 from cmdstalk_py.supervisor.config import (
     SUPERVISOR_FIELDS,
     Config,
@@ -111,24 +110,14 @@ def load_pools(path: Path) -> tuple[Config, ...]:
 
 def _toml(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - raw.rfind(b"\n", 0, e.start)
-        what = f"not UTF-8 at line {line}, column {column} (byte {e.start + 1})"
-        raise PoolFileError(path, "", what) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PoolFileError(path, "", f"not valid TOML: {e}") from None
-    except RecursionError:
-        # tomllib recurses once per nested array or inline table.
-        what = "not valid TOML: arrays or inline tables nested too deeply"
-        raise PoolFileError(path, "", what) from None
+        return tomlread.parse(raw)
+    except ValueError as e:
+        raise PoolFileError(path, "", str(e)) from None
 
 
 def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
-    keys = pool_keys()
+    flags = pool_flags()  # once per file: a file may hold thousands of pools
+    keys = frozenset(flags) | _SPECIAL
     defaults = {k: v for k, v in data.items() if k != "pools"}
     _known(defaults, keys, "")
     pools = data.get("pools")
@@ -145,7 +134,7 @@ def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
         _pool_name(name, where)
         merged = _inherit(defaults, table, where)
         try:
-            configs.append(_pool(name, merged, base))
+            configs.append(_pool(name, merged, base, flags))
         except _Bad as e:
             raise _where_written(e, where, table, defaults) from None
     return tuple(configs)
@@ -192,9 +181,10 @@ def _inherit(defaults: dict[str, Any], table: dict[str, Any], where: str) -> dic
     return merged
 
 
-def _pool(name: str, table: dict[str, Any], base: Path) -> Config:
+def _pool(
+    name: str, table: dict[str, Any], base: Path, flags: dict[str, click.Option]
+) -> Config:
     where = join_key("pools", name)
-    flags = pool_flags()
     kwargs: dict[str, Any] = {"pool": name}
     for key, value in table.items():
         if key not in _SPECIAL:

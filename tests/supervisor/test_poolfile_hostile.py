@@ -18,6 +18,7 @@ import pytest
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.fileread import MAX_BYTES
 from cmdstalk_py.supervisor.poolfile import PoolFileError, load_pools
+from cmdstalk_py.supervisor.tomlread import MAX_KEY_PARTS
 
 POOL = '[pools.p]\ncommand = "cat"\n'
 
@@ -165,6 +166,46 @@ def test_malformed_contents_are_one_line(tmp_path: Path, raw: bytes, mentions: s
     path = tmp_path / "pools.toml"
     path.write_bytes(raw)
     assert mentions in refused(path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" + ".a" * (MAX_BYTES // 2 - 4) + " = 1\n",  # tomllib: quadratic in the parts
+        "[" + "a." * (MAX_BYTES // 2 - 4) + "a]\n",
+        POOL + "env.a.b.c.d.e.f.g.h = 'v'\n",
+        POOL + 'env."x".a."y".b."z".c.d.e = "v"\n',  # quoted parts are parts too
+    ],
+    ids=["1-MiB-key", "1-MiB-header", "9-parts", "9-parts-quoted"],
+)
+def test_a_key_of_more_parts_than_any_pool_file_needs_is_refused(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "pools.toml"
+    path.write_text(text)
+    assert f"has more than {MAX_KEY_PARTS} dotted parts" in refused(path)
+
+
+def test_dots_in_strings_and_comments_are_no_key_parts(tmp_path: Path) -> None:
+    path = tmp_path / "pools.toml"
+    path.write_text(
+        "# a.b.c.d.e.f.g.h.i.j\n"
+        '[pools."a.b.c.d.e.f.g.h.i"]\ncommand = """python -m a.b.c.d.e.f.g.h.i \\""" \'\'\'"""\n'
+        "shell = ['/bin/sh', '-c'] # x.y.z.a.b.c.d.e.f.g\n"
+        'address = ["10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.4:1"]\n'
+        "[pools.\"a.b.c.d.e.f.g.h.i\".env]\nX = 'v.v.v.v.v.v.v.v.v.v'\n"
+    )
+    (pool,) = load_pools(path)
+    assert pool.cmd == 'python -m a.b.c.d.e.f.g.h.i """ \'\'\''
+    assert pool.env == (("X", "v.v.v.v.v.v.v.v.v.v"),)
+
+
+def test_a_line_of_unclosed_quotes_is_scanned_once(tmp_path: Path) -> None:
+    path = tmp_path / "pools.toml"
+    # Every quote opens a string no later quote closes: a scanner that looked from each one
+    # to the line's end would take hours (and the dots make the scan run at all).
+    path.write_text('x = "' + '\\".' * (MAX_BYTES // 3 - 20) + "\n" + POOL)
+    assert "not valid TOML" in refused(path)
 
 
 @pytest.mark.parametrize(

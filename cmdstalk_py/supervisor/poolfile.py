@@ -11,7 +11,9 @@ Supervisor-wide options (logging, event log, metrics, ``--max-jobs``,
 ``--shutdown-timeout``, ``--embedded``) stay on the command line.
 
 Any error is one ``PoolFileError`` line naming the file, the key and what is wrong: an
-unknown key is an error, so a typo is never silently ignored.
+unknown key is an error, so a typo is never silently ignored. The bytes come from
+``fileread`` (one regular file, bounded, never blocking) through ``tomlread`` (bounded
+time); names in messages are written by ``keytext`` (escaped, never raw).
 """
 
 from __future__ import annotations

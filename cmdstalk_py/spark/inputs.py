@@ -78,7 +78,8 @@ def csv_problem(name: str, data: bytes, complete: bool = True) -> str:
     """What makes ``data`` not RFC 4180 CSV with a header line ('' when nothing does).
 
     ``complete`` false: ``data`` is the start of a longer file, so its last line may be cut
-    short (in a multi-byte character, a row, or a quoted field): that line is not judged."""
+    short (in a multi-byte character, a row, or a quoted field): that line is not judged,
+    nor a quote still open at the end (it may close past the part read)."""
     try:
         text = codecs.getincrementaldecoder("utf-8-sig")().decode(data, final=complete)
     except UnicodeDecodeError as exc:

@@ -278,7 +278,8 @@ def report(
     chosen = " (from the log's span)" if size is None else ""
     click.echo(
         f"{files.events} events ({files.rejected} rejected), {files.tubes} tubes, "
-        f"{files.windows} windows of {files.window.label}{chosen}\n"
+        f"{files.windows} window{'' if files.windows == 1 else 's'} of {files.window.label}"
+        f"{chosen}\n"
         f"report:  {files.html}\nsummary: {files.summary_csv}\ntubes:   {files.tubes_csv}\n"
         f"parquet: {files.out / 'events'}, {files.out / 'windows'} (by tube, date)"
     )

@@ -161,6 +161,7 @@ def test_drain_refuses_unreachable_servers_and_bad_paths_before_spark(
     spark_cli: CliRun, bundled_server: BeanstalkServer, tmp_path: Path
 ) -> None:
     down = f"127.0.0.1:{free_port()}"
+    bundled_server.client(use="t").put("kept")
     base = ["drain", "--tubes", "t", "--cmd", "true", "--connect-timeout", "1"]
     run = spark_cli(*base, "--address", f"{bundled_server.address},{down}")
     line = refused_before_spark(run, "cannot reach beanstalkd at", down, "for 1s")
@@ -171,6 +172,7 @@ def test_drain_refuses_unreachable_servers_and_bad_paths_before_spark(
     run = spark_cli(*base, *ok, "--events", str(tmp_path / "no-dir" / "ev.jsonl"))
     refused_before_spark(run, "--events", "no-dir does not exist")
     assert not list(tmp_path.glob("cmdstalk-drain-*.jsonl"))
+    assert bundled_server.client().stats_tube("t")["current-jobs-ready"] == 1  # nothing ran
 
 
 # -- the checks themselves ---------------------------------------------------------------
@@ -214,7 +216,7 @@ def test_only_the_first_chunk_of_a_big_csv_is_read_before_spark(tmp_path: Path) 
     check_input(str(big), "csv", "body")  # the fault lies past the part read: Spark's to find
     early = tmp_path / "early.csv"
     early.write_bytes(b"body\none,two\n" + big.read_bytes())
-    with pytest.raises(PreflightError, match="early.csv line 2: 2 fields"):
+    with pytest.raises(PreflightError, match=r"early\.csv line 2: 2 fields"):
         check_input(str(early), "csv", "body")
 
 

@@ -53,7 +53,7 @@ def spark_cli(tmp_path: Path) -> CliRun:
 
     def run(*args: str, extra_env: dict[str, str] | None = None) -> Run:
         out = subprocess.run(
-            [str(SCRIPT), *args], capture_output=True, text=True, timeout=120, check=False,
+            [str(SCRIPT), *args], capture_output=True, text=True, timeout=60, check=False,
             env={**env, **(extra_env or {})}, cwd=tmp_path,
         )  # fmt: skip
         return Run(out.returncode, out.stdout, out.stderr, mark.exists())

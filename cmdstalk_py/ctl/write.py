@@ -15,7 +15,9 @@ from typing import Any
 import click
 
 from cmdstalk_py.client.names import MAX_U32, validate_tube
-from cmdstalk_py.ctl.servers import Beanstalk, NotFoundError, NotFoundExit, Target, Unreachable
+from cmdstalk_py.ctl.beanstalk import Beanstalk
+from cmdstalk_py.ctl.replies import NotFound
+from cmdstalk_py.ctl.servers import NotFoundExit, Target, Unreachable
 from cmdstalk_py.ctl.text import safe
 
 U32 = click.IntRange(0, MAX_U32)
@@ -119,7 +121,7 @@ def _each_job(
         for job_id in job_ids:
             try:
                 act(client, job_id)
-            except NotFoundError:
+            except NotFound:
                 missing.append(str(job_id))
                 continue
             click.echo(f"{done} {job_id}")
@@ -139,7 +141,7 @@ def pause(target: Target, tube: str, seconds: int) -> None:
         with target.connect(address) as client:
             try:
                 client.pause_tube(tube, seconds)
-            except NotFoundError:
+            except NotFound:
                 missing.append(address)
                 continue
         click.echo(f"{safe(address)}: {tube} paused for {seconds}s")

@@ -71,7 +71,7 @@ class Beanstalk:
         """Put and peek-ready/delayed/buried go to ``tube`` from now on."""
         (used,) = self._ask(b"use " + tube_bytes(tube), b"USING", 1)
         if used != tube.encode("ascii"):
-            raise ServerFault(f"asked to use {tube}, the server uses {shown(used)!r}")
+            raise ServerFault(f"asked to use {tube}, the server uses '{shown(used)}'")
 
     def put(self, body: bytes, priority: int, delay: int, ttr: int) -> int:
         """A new job in the used tube: its id (``Buried`` if the server buried it)."""

@@ -143,7 +143,7 @@ def _print_job(
 ) -> None:
     if stats_:
         click.echo(f"job {job_id}")
-        echo_lines([f"  {k}: {safe(str(v))}" for k, v in stats_.items()])
+        echo_lines([f"  {safe(k)}: {safe(str(v))}" for k, v in stats_.items()])
     else:
         click.echo(f"job {job_id}: not on the server")
     if body is not None:

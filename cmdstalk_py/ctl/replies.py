@@ -42,7 +42,7 @@ class Buried(Exception):
 def shown(data: bytes | bytearray, limit: int = 60) -> str:
     """Bytes from a server as a terminal-safe excerpt of at most ``limit`` bytes."""
     text = escape_controls(data[:limit].decode("ascii", "backslashreplace"))
-    return text + ("…" if len(data) > limit else "")
+    return text + ("..." if len(data) > limit else "")
 
 
 def _refusal(meaning: str) -> Callable[[bytes, list[bytes]], Exception]:
@@ -51,7 +51,7 @@ def _refusal(meaning: str) -> Callable[[bytes, list[bytes]], Exception]:
 
 def _buried(word: bytes, values: list[bytes]) -> Exception:
     if len(values) != 1:
-        return ServerFault(f"unexpected reply {shown(b' '.join([word, *values]))!r}")
+        return ServerFault(f"unexpected reply '{shown(b' '.join([word, *values]))}'")
     return Buried(parse_number(values[0]))
 
 
@@ -79,13 +79,13 @@ def parse_reply(line: bytes, expected: bytes, arity: int) -> list[bytes]:
         return values
     if word != expected and word in ERROR_REPLIES:
         raise ERROR_REPLIES[word](word, values)
-    raise ServerFault(f"unexpected reply {shown(line)!r} (expected {expected.decode()})")
+    raise ServerFault(f"unexpected reply '{shown(line)}' (expected {expected.decode()})")
 
 
 def parse_number(value: bytes) -> int:
     """A reply's decimal field: digits only, at most ``MAX_DIGITS`` of them."""
     if not value.isdigit() or len(value) > MAX_DIGITS:
-        raise ServerFault(f"not a number where the reply needs one: {shown(value)!r}")
+        raise ServerFault(f"not a number where the reply needs one: '{shown(value)}'")
     return int(value)
 
 
@@ -96,7 +96,7 @@ def _yaml_lines(body: bytes, what: str) -> list[str]:
     except UnicodeDecodeError:
         raise ServerFault(f"{what} reply holds bytes that are not ASCII") from None
     if not text.startswith("---\n"):
-        raise ServerFault(f"{what} reply does not start with '---': {shown(body)!r}")
+        raise ServerFault(f"{what} reply does not start with '---': '{shown(body)}'")
     lines = text[4:].split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline ending the last line
@@ -111,7 +111,7 @@ def parse_stats(body: bytes, what: str = "stats") -> dict[str, int | str]:
         key, sep, value = line.partition(": ")
         if not sep or not key:
             raise ServerFault(f"{what} reply has a line that is not 'key: value': "
-                              f"{shown(line.encode())!r}")  # fmt: skip
+                              f"'{shown(line.encode())}'")  # fmt: skip
         stats[key] = _value(value)
     return stats
 
@@ -133,7 +133,7 @@ def parse_tube_list(body: bytes) -> list[str]:
         name = line[2:]
         if not line.startswith("- ") or not is_tube_name(name.encode("ascii")):
             raise ServerFault(f"list-tubes reply has a line that is not '- tube': "
-                              f"{shown(line.encode())!r}")  # fmt: skip
+                              f"'{shown(line.encode())}'")  # fmt: skip
         names.append(name)
     return names
 

@@ -35,7 +35,7 @@ class Wire:
     def send(self, command: bytes) -> None:
         """Send ``command`` (its CRLF included) and start the clock for its reply."""
         if self._buf:
-            raise ServerFault(f"the server sent bytes nobody asked for: {shown(self._buf)!r}")
+            raise ServerFault(f"the server sent bytes nobody asked for: '{shown(self._buf)}'")
         self._deadline = time.monotonic() + self._timeout
         try:
             self._sock.settimeout(self._left())
@@ -55,13 +55,13 @@ class Wire:
             self._receive(RECV_SIZE)
         if end == 0 or self._buf[end - 1] != 0x0D:
             raise ServerFault(f"a reply line ends in LF alone, not CRLF: "
-                              f"{shown(self._buf[: end + 1])!r}")  # fmt: skip
+                              f"'{shown(self._buf[: end + 1])}'")  # fmt: skip
         if end + 1 > LINE_LIMIT:
             raise ServerFault(f"a reply line runs past {LINE_LIMIT} bytes")
         line = bytes(self._buf[: end - 1])
         del self._buf[: end + 1]
         if not _PRINTABLE.issuperset(line):
-            raise ServerFault(f"a reply line holds bytes beanstalkd never sends: {shown(line)!r}")
+            raise ServerFault(f"a reply line holds bytes beanstalkd never sends: '{shown(line)}'")
         return line
 
     def block(self, size: int, limit: int, what: str) -> bytes:

@@ -25,7 +25,10 @@ JOB_YAML = b"id: 1\ntube: t\nstate: ready\npri: 0\nage: 0\ndelay: 0\nttr: 60\nti
 
 
 def _run(acts: dict[bytes, Act], *args: str) -> tuple[OnTerminal, str]:
+    """``cmdstalk-ctl args…`` against a fake server doing ``acts`` (``SERVER`` in ``args``
+    is its address), checked for what every run must keep: its time and a clean screen."""
     with HostileServer(acts) as server:
+        args = tuple(a.replace("SERVER", server.address) for a in args)
         ran = ctl_on_terminal("--address", server.address, "--timeout", f"{TIMEOUT}", *args)
         reached = server.first_connection
     assert reached is not None, ran.screen
@@ -135,3 +138,31 @@ def test_a_job_buried_at_once_is_printed_then_exit_3() -> None:
     assert ran.status == 3 and "Traceback" not in screen, screen
     assert screen.split("\r\n")[:2] == ["5", f"Error: {screen.split()[2]} job 5 was buried "
                                         "at once: the server is out of memory"]  # fmt: skip
+
+
+def _http(body: bytes, length: int | None = None) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    return head % (len(body) if length is None else length) + body
+
+
+@pytest.mark.parametrize(
+    ("act", "said"),
+    [
+        pytest.param(hang_up(_http(b'{"jobs": []}')), "not a list", id="not a list"),
+        pytest.param(hang_up(_http(b"[" * 100_000)), "not a list", id="nested"),
+        pytest.param(trickle(_http(b"[", 1000), 0.5), "timed out", id="trickle"),
+        pytest.param(flood(_http(b"", 2**30), 2**30), "over 16777216 bytes", id="flood"),
+    ],
+)
+def test_workers_from_a_hostile_dashboard_is_exit_3(act: Act, said: str) -> None:
+    ran, screen = _run({b"GET": act}, "workers", "--from", "http://SERVER")
+    assert ran.status == 3 and "Traceback" not in screen, screen
+    assert "Error: cannot read http://127.0.0.1:" in screen and said in screen, screen
+    assert ran.max_rss_mb < 200, ran.max_rss_mb
+
+
+def test_workers_shows_odd_fields_of_a_dashboard_safely() -> None:
+    odd = rb'[{"tube": "\u001b]0;owned\u0007", "elapsed": "soon", "output": 5, "pid": [1]}]'
+    ran, screen = _run({b"GET": hang_up(_http(odd))}, "workers", "--from", "http://SERVER")
+    assert ran.status == 0, screen
+    assert "\\x1b]0;owned\\x07" in screen and " - " in screen

@@ -32,8 +32,9 @@ Modules:
 - ``drain``: cmdstalk's own brokers run as Spark tasks (in ``--cwd``, with the driver's
   environment), results as event-log rows; ``drainplan``: which brokers (tube, server) each
   task runs, by backlog; ``resultstream``: results (and the brokers' warnings) sent to the
-  driver as they happen (none lost with an executor); ``drainwatch``: the drain seen through the servers (bounded wait
-  for them, backlog per tube, progress lines on the driver).
+  driver as they happen (none lost with an executor); ``drainwatch``: the drain seen
+  through the servers (bounded wait for them, backlog per tube, progress lines on the
+  driver).
 - ``servers``: several servers (``a:11300,b:11300``): the address list, the partition →
   server round robin of ``enqueue``, the check that each answers before anything starts.
 """

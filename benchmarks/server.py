@@ -7,6 +7,8 @@ interleaved rounds so that background load on a shared machine hits both alike:
 * pipelined puts on one connection (jobs/s),
 * put → reserve → delete request/response cycles on 1 and on 16 connections (cycles/s),
 * draining ready jobs with 4 connections (jobs/s),
+* the server's CPU time per protocol command over those workloads (µs; the per-command
+  cost of the bundled server's structure is guarded here, against beanstalkd's),
 * resident memory per stored job (32-byte bodies),
 * start-up time from Popen to the first accepted connection, idle and with every core
   busy (``yes > /dev/null`` on each).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -55,6 +58,11 @@ from server_procs import (
 from server_report import BUNDLED, REAL, Figure, Goal, failures, table
 
 STARTUP_LIMIT = 0.100
+#: Protocol commands per operation of each throughput figure (a cycle is put, reserve,
+#: delete; a drained job is reserve, delete).
+COMMANDS_PER_OP = {
+    "puts_pipelined_1conn": 1, "cycles_1conn": 3, "cycles_16conn": 3, "drain_4conn": 2,
+}
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,32 @@ def throughput(servers: dict[str, RunningServer], plan: Plan) -> list[Figure]:
         for kind in order:
             sample = cycles(servers[kind], f"bench-c16-{r}", 16, plan.cycle_seconds)
             _keep_best(many, kind, sample)
-    return [puts, one, many, drained]
+    return [puts, one, many, drained, cpu_per_command([puts, one, many, drained])]
+
+
+def cpu_per_command(workloads: list[Figure]) -> Figure:
+    """The server's CPU time per protocol command, from every round of ``workloads``.
+
+    Per workload: CPU seconds over commands, all rounds together; the figure is the
+    geometric mean over the workloads, so that none weighs more for running more commands.
+    """
+    figure = Figure("cpu_per_command", "server CPU per command", "µs", Goal.CPU)
+    kinds = set.intersection(*(set(w.details) for w in workloads))
+    for kind in sorted(kinds):
+        per_workload: dict[str, float] = {}
+        for w in workloads:
+            rounds = w.details[kind]
+            assert isinstance(rounds, list)
+            cpu = sum(r["server_run_seconds"] for r in rounds)
+            commands = sum(r["ops"] for r in rounds) * COMMANDS_PER_OP[w.key]
+            per_workload[w.key] = cpu / commands * 1e6
+        figure.values[kind] = math.exp(
+            sum(math.log(v) for v in per_workload.values()) / len(per_workload)
+        )
+        figure.details[kind] = per_workload
+        log(f"  {figure.label:<32} {kind:<10} {figure.values[kind]:.2f} µs"
+            f" ({', '.join(f'{k} {v:.2f}' for k, v in per_workload.items())})")
+    return figure
 
 
 def memory(kinds: list[ServerKind], plan: Plan) -> Figure:

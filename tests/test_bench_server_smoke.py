@@ -21,6 +21,7 @@ ROWS = (
     "put-reserve-delete, 1 conn",
     "put-reserve-delete, 16 conns",
     "drain 3,000 jobs, 4 conns",
+    "server CPU per command",
     "memory per job",
     "start-up to first accept",
     "start-up to first reply",
@@ -60,7 +61,8 @@ def test_quick_run_against_real_beanstalkd(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     figures = {f["key"]: f for f in report["figures"]}
     assert set(figures) >= {"puts_pipelined_1conn", "cycles_1conn", "cycles_16conn",
-                            "drain_4conn", "memory_per_job", "startup_accept"}
+                            "drain_4conn", "cpu_per_command", "memory_per_job",
+                            "startup_accept"}
     for figure in figures.values():
         assert figure["values"]["beanstalkd"] > 0, figure
         assert figure["ratio"] is None  # nothing to compare with

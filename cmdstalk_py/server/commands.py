@@ -326,9 +326,10 @@ def _rejected(e: Engine, s: Session, cmd: p.Rejected, now: float) -> bytes | Non
 
 
 def _put(e: Engine, s: Session, cmd: p.Put, now: float) -> bytes | None:
-    # A put line whose body has not arrived: counted and a producer now, like 1.12.
+    # A put line whose body has not arrived: counted, a producer and its job's id now,
+    # like 1.12.
     e.counters["put"] += 1
-    e.begin_put(s)
+    e.begin_put(s, now)
     return None
 
 

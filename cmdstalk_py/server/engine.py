@@ -10,7 +10,8 @@ It returns the job or an :class:`~cmdstalk_py.server.outcome.Outcome`, never byt
 Every method takes ``now`` (seconds, any monotonic clock); nothing here reads a clock or
 sleeps. :meth:`Engine.tick` performs what is due (delayed jobs becoming ready, TTR expiry,
 pause ends, reserve timeouts and DEADLINE_SOON) and returns when it next needs to run.
-Blocked reserves (who waits, wake-ups, answers) are :mod:`~cmdstalk_py.server.waiters`'s.
+Blocked reserves (who waits, wake-ups, answers) are :mod:`~cmdstalk_py.server.waiters`'s,
+tube pauses :mod:`~cmdstalk_py.server.pauses`'s.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Jo
 from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.outcome import Outcome
+from cmdstalk_py.server.pauses import Pauses
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
 from cmdstalk_py.server.store import JobStore
@@ -66,6 +68,7 @@ class Engine:
         self.producers = self.workers = 0
         #: Connections blocked in a reserve, and the answers they are due.
         self.waiters = Waiters(self._alarms)
+        self.pauses = Pauses(self._alarms, self.waiters, self._serve)
 
     # ---------------------------------------------------------------- connections
 
@@ -110,31 +113,30 @@ class Engine:
         if t is None:
             return _NOT_FOUND
         t.cmd_pause += 1
-        t.paused = True
-        t.pause = delay
-        # A zero pause lasts until the next tick (1.12: 1 ns), so it ends at once.
-        t.unpause_at = now + delay
-        self._alarms.add(t.unpause_at, PAUSE, t)
+        self.pauses.start(t, delay, now)
         return t
 
     # ---------------------------------------------------------------- transitions
 
-    def begin_put(self, s: Session) -> None:
-        """A ``put`` line passed its checks: ``s`` is a producer (before the body, if any)."""
+    def begin_put(self, s: Session, now: float) -> tuple[int, float]:
+        """A ``put`` line passed its checks, its body is on its way: like 1.12, the job's
+        id and creation time are taken now (a put begun first gets the smaller id)."""
         if not s.producer:
             s.producer = True
             self.producers += 1
+        s.incoming = incoming = (self.next_id, now)
+        self.next_id += 1
+        return incoming
 
     def put(self, s: Session, pri: int, delay: int, ttr: int, body: bytes, now: float) -> Result:
         """(new) -> READY, or DELAYED for ``delay`` seconds, in ``s``'s used tube.
 
-        ``body`` is the data chunk with its CRLF. Like 1.12, a refused put (BAD_BODY,
-        DRAINING, JOURNAL_FAILED) still uses up its id.
+        ``body`` is the data chunk with its CRLF; the id is the one taken at the line
+        (:meth:`begin_put`), else a new one. Like 1.12, a refused put (BAD_BODY, DRAINING,
+        JOURNAL_FAILED) uses its id up, as does closing before the body is complete.
         """
-        if not s.producer:
-            self.begin_put(s)
-        job_id = self.next_id
-        self.next_id = job_id + 1
+        job_id, now = s.incoming or self.begin_put(s, now)
+        s.incoming = None
         if body[-2:] != b"\r\n":
             return Outcome.BAD_BODY
         if self.draining:
@@ -165,6 +167,7 @@ class Engine:
         """
         if not s.worker:
             self._worker(s)
+        self.pauses.end_due(s.watch, now)
         t = best_ready(s.watch)
         if t is not None:
             return self._serve(s, t, now)
@@ -172,7 +175,8 @@ class Engine:
         if s.reserved and not any(w.ready for w in s.watch) and s.deadline_soon(now):
             return Outcome.DEADLINE_SOON
         if timeout == 0:
-            return Outcome.TIMED_OUT
+            # 1.12 parks the reserve until its next tick, which answers DEADLINE_SOON first.
+            return Outcome.DEADLINE_SOON if s.deadline_soon(now) else Outcome.TIMED_OUT
         self.waiters.start(s, timeout, now)
         return Outcome.WAITING
 
@@ -304,9 +308,7 @@ class Engine:
 
     def _owned(self, s: Session, job_id: int) -> Job | None:
         job = self.jobs.get(job_id)
-        if job is None or job.state is not RESERVED or job.reserver is not s:
-            return None
-        return job
+        return job if job is not None and job.state is RESERVED and job.reserver is s else None
 
     def _worker(self, s: Session) -> None:
         s.worker = True
@@ -392,9 +394,7 @@ class Engine:
             elif kind == DELAY:
                 self.promote(obj, now)
             elif kind == PAUSE:
-                obj.paused = False
-                obj.pause = 0
-                self.waiters.process_queue([obj], now, self._serve)
+                self.pauses.end(obj, now)
             else:
                 self.waiters.wake(obj, now)
         return self._alarms.next_deadline()

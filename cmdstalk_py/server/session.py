@@ -29,6 +29,7 @@ class Session:
 
     __slots__ = (
         "closed",
+        "incoming",
         "owner",
         "producer",
         "reserved",
@@ -62,6 +63,8 @@ class Session:
         # Sequence number of this waiter's live alarm (timeout or DEADLINE_SOON margin).
         self.wake_seq = -1
         self.producer = False
+        # The put whose body is on its way: (job id, creation time) taken at its line.
+        self.incoming: tuple[int, float] | None = None
         self.worker = False
         self.closed = False
         # The network layer's connection object, opaque to the engine.

@@ -10,18 +10,14 @@ It returns the job or an :class:`~cmdstalk_py.server.outcome.Outcome`, never byt
 Every method takes ``now`` (seconds, any monotonic clock); nothing here reads a clock or
 sleeps. :meth:`Engine.tick` performs what is due (delayed jobs becoming ready, TTR expiry,
 pause ends, reserve timeouts and DEADLINE_SOON) and returns when it next needs to run.
-Blocked reserves (who waits, wake-ups, answers) are :mod:`~cmdstalk_py.server.waiters`'s,
-tube pauses :mod:`~cmdstalk_py.server.pauses`'s.
+Blocked reserves (who waits, wake-ups, answers) live in ``waiters``, pauses in ``pauses``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 from cmdstalk_py.server.alarms import DELAY, PAUSE, TTR, Alarms
 from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Job, Mark
-from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
+from cmdstalk_py.server.journal import JournalError, NullJournal
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.outcome import Outcome
 from cmdstalk_py.server.pauses import Pauses
@@ -30,6 +26,12 @@ from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
 from cmdstalk_py.server.store import JobStore
 from cmdstalk_py.server.tube import Tube, best_ready
 from cmdstalk_py.server.waiters import Waiters
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cmdstalk_py.server.journal import Journal
 
 #: What a transition hands back: the job it moved, or why it did not.
 Result = Job | Outcome
@@ -51,8 +53,7 @@ class Engine:
         self.max_job_size = max_job_size
         self.journal: Journal = journal if journal is not None else NullJournal()
         self.info = info if info is not None else ServerInfo()
-        self.cpu = cpu
-        self.started = now
+        self.cpu, self.started = cpu, now
         self._alarms = Alarms()
         #: The alarm heap itself: the network layer reads the next deadline off it.
         self.alarms = self._alarms.heap
@@ -166,7 +167,8 @@ class Engine:
         TIMED_OUT, or WAITING (the answer comes later, through ``waiters``).
         """
         if not s.worker:
-            self._worker(s)
+            s.worker = True
+            self.workers += 1
         self.pauses.end_due(s.watch, now)
         t = best_ready(s.watch)
         if t is not None:
@@ -190,7 +192,8 @@ class Engine:
             return _JOURNAL_FAILED
         self.store.take(job, old)
         if not s.worker:
-            self._worker(s)
+            s.worker = True
+            self.workers += 1
         return job
 
     def release(self, s: Session, job_id: int, pri: int, delay: int, now: float) -> Result:
@@ -295,8 +298,7 @@ class Engine:
         self._make_ready(job, now)
 
     def restore(self, job: Job, tube_name: bytes, now: float) -> None:
-        """Add a job recovered from a journal where its state and deadline say (a reserved
-        one comes back ready); the id counter moves past its id."""
+        """Add a recovered job where its state says (reserved comes back ready), ids past it."""
         job.tube = self.tubes.tube(tube_name)
         if job.state is RESERVED:
             job.state = READY
@@ -310,10 +312,6 @@ class Engine:
         job = self.jobs.get(job_id)
         return job if job is not None and job.state is RESERVED and job.reserver is s else None
 
-    def _worker(self, s: Session) -> None:
-        s.worker = True
-        self.workers += 1
-
     def _journal(self, job: Job, mark: Mark) -> bool:
         # The job's fields already say what it becomes; a refusal puts them back.
         try:
@@ -325,8 +323,10 @@ class Engine:
 
     def _journal_quietly(self, job: Job) -> None:
         # Clock- and disconnect-driven changes cannot be refused (see journal.py).
-        with contextlib.suppress(JournalError):
+        try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
             self.journal.job_changed(job)
+        except JournalError:
+            pass
 
     def _kick(self, job: Job, now: float) -> bool:
         # BURIED/DELAYED -> READY. False: the journal refused, the job stays where it was.

@@ -9,10 +9,9 @@ waiters are served first, in order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cmdstalk_py.server.alarms import PAUSE, Alarms
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from cmdstalk_py.server.tube import Tube
     from cmdstalk_py.server.waiters import Serve, Waiters

@@ -8,10 +8,9 @@ when it asks (``Engine.reserve``) and while it already waits (woken at
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cmdstalk_py.server.outcome import DEADLINE_SOON, TIMED_OUT, Outcome
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from cmdstalk_py.server.job import Job
     from cmdstalk_py.server.tube import Tube

@@ -1,4 +1,4 @@
-"""``cmdstalk-server`` as a process: flags, signals, start-up time."""
+"""``cmdstalk-server`` as a process: flags, signals, the console script."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import partial
@@ -148,25 +147,20 @@ def test_sigint_exits_0_and_unix_socket_is_removed() -> None:
         assert not os.path.exists(path)
 
 
-def test_console_script_and_startup_time() -> None:
+def test_console_script_serves() -> None:
+    # How fast it starts is benchmarks/server_startup.py's business.
     script = Path(sys.executable).parent / "cmdstalk-server"
     cmd = [str(script)] if script.exists() else SERVER
-    best = float("inf")
-    for _ in range(3):
-        port = free_port()
-        start = time.monotonic()
-        proc = subprocess.Popen([*cmd, "-p", str(port)], start_new_session=True)
-        try:
-            wait_until(partial(accepts_connections, "127.0.0.1", port), timeout=10,
-                       interval=0.001, message="accepting")
-            best = min(best, time.monotonic() - start)
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                assert talk(s, b"list-tube-used\r\n") == b"USING default\r\n"
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            assert proc.wait(timeout=10) == 0
-    # The target is 100 ms on an idle machine; shared CI boxes get headroom.
-    assert best < 0.5, f"start-up took {best * 1000:.0f} ms"
+    port = free_port()
+    proc = subprocess.Popen([*cmd, "-p", str(port)], start_new_session=True)
+    try:
+        wait_until(partial(accepts_connections, "127.0.0.1", port), timeout=60,
+                   message="accepting")
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            assert talk(s, b"list-tube-used\r\n") == b"USING default\r\n"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
 
 
 def test_flags_and_the_embedded_server_share_one_set_of_defaults() -> None:
@@ -175,10 +169,10 @@ def test_flags_and_the_embedded_server_share_one_set_of_defaults() -> None:
     from cmdstalk_py.server.binlog import BinlogOptions
     from cmdstalk_py.server.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
     from cmdstalk_py.server.embedded import EmbeddedServer
-    from cmdstalk_py.server.flags import build_parser
+    from cmdstalk_py.server.flags import parse
 
     config = ServerConfig()
-    args = build_parser().parse_args([])
+    args = parse([])
     assert (args.listen, args.port) == (DEFAULT_HOST, DEFAULT_PORT)
     assert (args.max_job_size, args.fsync_ms, args.binlog_size) == (
         config.max_job_size, config.fsync_ms, config.segment_size,

@@ -245,10 +245,18 @@ def job_cycles(draw: st.DrawFn) -> list[Unit]:
     return cycle
 
 
+# Commands that name a job by id. 1.12 files a job at its put line, before the body: these
+# would find it meanwhile (``peek`` then answers with whatever its body buffer holds), where
+# the bundled server knows no job until its body is in. Left out while a body is pending.
+_BY_ID = (b"peek ", b"stats-job", b"delete", b"kick-job", b"reserve-job", b"release", b"bury",
+          b"touch", LAST_ID.encode())
+
+
 def _others(conn: int) -> st.SearchStrategy[Unit]:
-    """A unit on another connection than ``conn``."""
+    """A unit on another connection than ``conn`` that names no job by its id."""
     other = st.sampled_from([(conn + 1) % 3, (conn + 2) % 3])
-    return other.flatmap(lambda o: st.one_of(put_units(o), other_units(o)))
+    units = other.flatmap(lambda o: st.one_of(put_units(o), other_units(o)))
+    return units.filter(lambda u: not any(word in u.data for word in _BY_ID))
 
 
 @st.composite

@@ -9,7 +9,10 @@
   reservation is in its safety margin, even if a ready job sits in a paused tube.
 
 Job ids are compared literally here (``peek 1``): the transcripts number ids by order of
-appearance, which would hide a swap.
+appearance, which would hide a swap. Where the bundled server differs on purpose: 1.12
+files the job at its put line, so that while its body is on its way ``peek <id>`` finds it
+and answers with whatever its body buffer holds, and ``stats-job`` shows it ``invalid``;
+the bundled server knows no job until its body is in (``NOT_FOUND``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ interleaved rounds so that background load on a shared machine hits both alike:
 ``--durable`` measures the binlog modes instead (``-b DIR -f 50`` and ``-f 0``) plus the
 recovery time of a crashed server. ``--fairness`` measures another client's worst wait
 while one client pipelines a burst of ``watch`` or ``reserve-with-timeout 0`` instead.
-``--saturation`` shows that the load generator saturates the real beanstalkd. Run
+``--fairness`` also measures whether a command's CPU cost grows with the connection's
+state (many tubes watched, many jobs reserved). ``--saturation`` shows that the load
+generator saturates the real beanstalkd. Run
 ``python benchmarks/server.py --help`` for the options.
 
 Exit status: 0 when every measurement ran (targets missed or not), 1 with ``--strict`` when
@@ -348,9 +350,17 @@ def main(argv: list[str] | None = None) -> int:
             print(saturation(kinds[0], plan))
             return 0
         if args.fairness:
-            from server_fairness import BURSTS, QUICK_BURSTS, fairness_suite
+            from server_fairness import (
+                BURSTS,
+                QUICK_BURSTS,
+                QUICK_SCALING,
+                SCALING,
+                fairness_suite,
+                scaling_suite,
+            )
 
             figures = fairness_suite(kinds, QUICK_BURSTS if args.quick else BURSTS)
+            figures += scaling_suite(kinds, QUICK_SCALING if args.quick else SCALING)
             title = "Fairness under pipelining: bundled vs real beanstalkd"
         elif args.durable:
             from server_durable import durable_suite

@@ -37,7 +37,7 @@ def server_process(*args: str) -> Iterator[subprocess.Popen[str]]:
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -92,14 +92,14 @@ def test_durability_flags_without_b_run_in_memory_and_show_s() -> None:
     # As beanstalkd: -f/-F/-s mean nothing without -b, except that stats shows -s.
     port = free_port()
     with server_process("-p", str(port), "-f", "10", "-F", "-s", "5000") as proc:
-        wait_until(lambda: accepts_connections("127.0.0.1", port), timeout=10,
+        wait_until(lambda: accepts_connections("127.0.0.1", port), timeout=60,
                    message="server accepts")
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             stats = talk(s, b"stats\r\n")
         assert b"binlog-max-size: 5000\n" in stats
         assert b"binlog-current-index: 0\n" in stats
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=60) == 0
 
 
 def test_port_in_use_fails_clearly() -> None:
@@ -114,18 +114,18 @@ def test_port_in_use_fails_clearly() -> None:
 def test_serves_drains_on_sigusr1_and_exits_0_on_sigterm() -> None:
     port = free_port()
     with server_process("-l", "127.0.0.1", "-p", str(port), "-z", "100") as proc:
-        wait_until(lambda: accepts_connections("127.0.0.1", port), timeout=10,
+        wait_until(lambda: accepts_connections("127.0.0.1", port), timeout=60,
                    message="server accepts")
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             assert talk(s, b"put 0 0 60 2\r\nhi\r\n") == b"INSERTED 1\r\n"
             assert b"max-job-size: 100\n" in talk(s, b"stats\r\n")
             proc.send_signal(signal.SIGUSR1)
             wait_until(lambda: talk(s, b"put 0 0 60 1\r\nx\r\n") == b"DRAINING\r\n",
-                       timeout=10, message="drain mode")
+                       timeout=60, message="drain mode")
             assert b"draining: true" in talk(s, b"stats\r\n")
             assert talk(s, b"reserve-with-timeout 0\r\n").startswith(b"RESERVED 1 2")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=60) == 0
 
 
 def test_sigint_exits_0_and_unix_socket_is_removed() -> None:
@@ -141,9 +141,9 @@ def test_sigint_exits_0_and_unix_socket_is_removed() -> None:
                         return False
                     return talk(s, b"list-tube-used\r\n") == b"USING default\r\n"
 
-            wait_until(connects, timeout=10, message="unix socket")
+            wait_until(connects, timeout=60, message="unix socket")
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=10) == 0
+            assert proc.wait(timeout=60) == 0
         assert not os.path.exists(path)
 
 

@@ -16,7 +16,7 @@ from tests.server.difftools.servers import Target
 # A reply to a command that cannot block arrives within milliseconds; past this we ask
 # the server (hidden stats) whether the connection is parked in a reserve.
 FIRST_LOOK = 0.1
-PATIENCE = 10.0
+PATIENCE = 60.0
 
 
 def _open(target: Target) -> wire.Conn:

@@ -3,8 +3,10 @@
 Modules, from the command line inwards:
 
 - ``cli``, ``__main__``: the ``cmdstalk-server`` command line, which takes the binlog lock
-  and listens before it loads anything heavy; ``flags``: its argparse parser (beanstalkd's
-  flags, every check, ``-h``); ``config``: the server's settings and every default, once;
+  and listens before it loads anything heavy; ``flags``: its options (beanstalkd's), in one
+  table read without imports, argparse built from it for ``-h`` and errors; ``config``: the
+  server's settings and every default, once; ``standins``: ``NamedTuple`` and ``Enum`` for
+  the serving modules without ``typing`` and ``enum`` (start-up time);
   ``assembly``: engine + journal/binlog + loop + ``net.Server``, built and closed in one
   place for both ``run`` (serving in the foreground with signals) and ``embedded``
   (``EmbeddedServer``, the same server on a background thread); ``durable``: opening the

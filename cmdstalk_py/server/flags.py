@@ -3,9 +3,9 @@
 Two readers share that one definition. :func:`read` takes the plain forms a script or a
 test suite uses (``-l ADDR -p PORT -b DIR -V``: each flag a word of its own, each value
 the next word) with no imports at all, so that a freshly spawned server listens and
-answers as early as it can. Everything else (``-h``, ``-p11300``, ``--version``, a
-mistake) goes to :func:`parse`, argparse built from the same table, which prints the help
-and the one-line errors. Values go through the same converters either way.
+answers as early as it can. Everything else (``-h``, ``-p11300``, ``-VV``, a mistake)
+goes to :func:`parse`, argparse built from the same table, which prints the help and the
+one-line errors. Values go through the same converters either way.
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ class Flags:
 
 def read(words: Sequence[str]) -> Flags | None:
     """The flags in their plain forms, or None when :func:`parse` must read them (``-h``,
-    a flag glued to its value, a long form, a value that starts with ``-``, a mistake)."""
+    a flag glued to its value or to another flag, a value that starts with ``-`` or does
+    not convert, an abbreviation, anything unknown)."""
     flags = Flags()
     values = iter(words)
     for word in values:

@@ -164,9 +164,10 @@ def connect_when_accepting(proc: subprocess.Popen[str], port: int) -> socket.soc
 
 @pytest.mark.slow
 def test_a_command_sent_as_soon_as_the_port_accepts_is_answered() -> None:
-    # greenstalk's suite does this for every test: spawn, connect, reserve-with-timeout 1.
-    # While the server is still loading, the command waits in the socket, and its timeout
-    # starts once it is read: the answer comes no sooner than a second after it was sent.
+    # Test suites spawn a server per test and talk to it soon after (greenstalk's after
+    # 100 ms); here, the moment it accepts. While the server is still loading, the command
+    # waits in the socket, and its timeout starts once it is read: the answer comes no
+    # sooner than a second after it was sent.
     for _ in range(3):
         with server() as (proc, port), connect_when_accepting(proc, port) as s:
             sent = time.monotonic()

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
-from cmdstalk_py.client.replies import parse_list
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
+from cmdstalk_py.client.replies import parse_list
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.config import is_glob
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import weakref
 from collections.abc import Sequence
 
 import tenacity
@@ -27,6 +28,22 @@ from cmdstalk_py.client.pipeline import DEFAULT_TUBE
 from cmdstalk_py.ops.observers import Observer
 
 __all__ = ["CONNECTION_ERRORS", "HealingConnection", "OutageReporter", "Stopped"]
+
+#: Connection attempts under way at once on one loop, at most. A thousand workers
+#: connecting together overflow a server's listen backlog, and a dropped SYN waits a
+#: second for its retry: taken in turns, they are all up sooner.
+MAX_CONNECTING = 128
+_CONNECTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _connecting() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _CONNECTING.get(loop)
+    if slots is None:
+        slots = _CONNECTING[loop] = asyncio.Semaphore(MAX_CONNECTING)
+    return slots
 
 
 class Stopped(Exception):
@@ -147,6 +164,10 @@ class HealingConnection:
             self._attempt = None
 
     async def _open(self) -> AsyncClient:
+        async with _connecting():
+            return await self._open_now()
+
+    async def _open_now(self) -> AsyncClient:
         client = await AsyncClient.open(self.host, self.port, self._io_timeout)
         try:
             watch = self._watch if self._watch else (DEFAULT_TUBE,)

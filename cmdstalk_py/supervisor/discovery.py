@@ -138,6 +138,9 @@ class Discovery:
         self._checks = CheckPlan(interval)
         self._empty_since: dict[str, float] = {}
         self._listing = (b"", [""])  # the last list-tubes reply, and the names it selected
+        # Tubes let go of that the server still lists (our connections may not have closed
+        # yet): looked at each round until the server drops them, or they are in use again.
+        self._let_go: set[str] = set()
         self.listed = False  # the first tube list is known
         self._stopped = False
         self._wakeup = asyncio.Event()
@@ -171,9 +174,13 @@ class Discovery:
         """One round: list the tubes, report new ones, look at those due, retire abandoned."""
         client = await self.connection.client()
         body = await client.tubes_listed()
-        if body != self._listing[0]:  # an idle server's list is the same bytes every round
+        # An idle server's list is the same bytes every round: parsed only when it changed
+        # (or while tubes let go of are still listed: one may come back between rounds).
+        if body != self._listing[0] or self._let_go:
             self._listing = (body, [n for n in parse_list(body) if self._select(n)])
             self._changed(self._listing[1], now)
+        if self._let_go:
+            await self._look_again(client, now)
         due = self._checks.take_due(now)
         if due:
             await self._look_at(client, due, now)
@@ -181,15 +188,36 @@ class Discovery:
     def _changed(self, names: list[str], now: float) -> None:
         """The server's list changed: report new tubes, retire those no longer listed."""
         listed = set(names)
-        new = [n for n in names if n not in self._known]
+        self._let_go &= listed
+        new = [n for n in names if n not in self._known and n not in self._let_go]
         if new:
-            self._known.update(new)
-            for tube in new:
-                if tube != "default":  # every connection starts on it: it never goes away
-                    self._checks.add(tube, now)
-            self._found(new)
+            self._serve(new, now)
         for tube in sorted(self._known - listed):
             self._retire(tube)  # dropped by the server: nobody watches it any more
+
+    def _serve(self, tubes: list[str], now: float) -> None:
+        self._known.update(tubes)
+        for tube in tubes:
+            if tube != "default":  # every connection starts on it: it never goes away
+                self._checks.add(tube, now)
+        self._found(tubes)
+
+    async def _look_again(self, client: AsyncClient, now: float) -> None:
+        """A tube let go of but still listed is served again once it is in use again."""
+        tubes = sorted(self._let_go)
+        replies = [(tube, client.stats_tube(tube)) for tube in tubes]
+        back = []
+        for tube, reply in replies:
+            try:
+                stats = await reply
+            except NotFound:
+                self._let_go.discard(tube)
+                continue
+            if not abandoned(stats, self._watchers(tube)):
+                self._let_go.discard(tube)
+                back.append(tube)
+        if back:
+            self._serve(back, now)
 
     async def _look_at(self, client: AsyncClient, due: list[str], now: float) -> None:
         """``stats-tube`` of the tubes due a look; retire those abandoned long enough."""
@@ -211,6 +239,7 @@ class Discovery:
 
     def _retire(self, tube: str) -> None:
         self._known.discard(tube)
+        self._let_go.add(tube)
         self._empty_since.pop(tube, None)
         self._checks.forget(tube)
         self._gone(tube)

@@ -136,9 +136,9 @@ class Site:
         brokers = self._by_tube.get(tube, []) if self.pool.config.workers is None else [
             b for b, _ in self.workers
         ]  # fmt: skip
+        # Retired ones too: until their connections close, the server counts them.
         return sum(
-            1 for b in brokers
-            if not b.retired and b.connection.connected and tube in b.connection.watching
+            1 for b in brokers if b.connection.connected and tube in b.connection.watching
         )  # fmt: skip
 
     def rewatch_all(self) -> None:

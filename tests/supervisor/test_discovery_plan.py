@@ -1,0 +1,46 @@
+"""``discovery.CheckPlan``: which tubes discovery asks ``stats-tube`` of, on a fake clock."""
+
+from __future__ import annotations
+
+from cmdstalk_py.supervisor.discovery import (
+    FIRST_CHECK_INTERVALS,
+    MAX_CHECK_INTERVALS,
+    MAX_CHECKS_PER_ROUND,
+    CheckPlan,
+)
+
+
+def test_a_tube_in_use_is_looked_at_less_and_less_often_up_to_the_cap() -> None:
+    plan = CheckPlan(interval=1.0)
+    plan.add("t", now=0.0)
+    assert plan.take_due(FIRST_CHECK_INTERVALS - 0.5) == []
+    now = float(FIRST_CHECK_INTERVALS)
+    gaps = []
+    for _ in range(12):
+        assert plan.take_due(now) == ["t"]
+        plan.in_use("t", now)
+        gaps.append(plan.due["t"] - now)
+        now = plan.due["t"]
+    assert gaps[:3] == [20.0, 40.0, 80.0]
+    assert max(gaps) == MAX_CHECK_INTERVALS
+
+
+def test_a_tube_that_looks_abandoned_is_looked_at_every_round() -> None:
+    plan = CheckPlan(interval=0.5)
+    plan.add("t", now=0.0)
+    plan.in_use("t", now=5.0)
+    plan.looks_abandoned("t", now=25.0)
+    assert plan.due["t"] == 25.5
+    # In use again: the delay starts over from the first one, then doubles.
+    plan.in_use("t", now=25.5)
+    assert plan.due["t"] == 25.5 + 2 * FIRST_CHECK_INTERVALS * 0.5
+
+
+def test_a_round_looks_at_a_bounded_number_of_tubes_most_overdue_first() -> None:
+    plan = CheckPlan(interval=1.0)
+    for n in range(3 * MAX_CHECKS_PER_ROUND):
+        plan.add(f"t{n}", now=float(n) / 100)
+    first = plan.take_due(1000.0)
+    assert first == [f"t{n}" for n in range(MAX_CHECKS_PER_ROUND)]
+    plan.forget("t0")
+    assert "t0" not in plan.take_due(1000.0, limit=10**6)

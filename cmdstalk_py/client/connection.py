@@ -120,6 +120,21 @@ class HealingConnection:
             if current.loop is asyncio.get_running_loop():
                 return current
             self.drop(planned=True)  # made on another loop (a standalone broker run again)
+        try:
+            client: AsyncClient = await self._connect()  # the usual case: at once
+        except CONNECTION_ERRORS as e:
+            self._log_failure_of(e, 0.0)
+            client = await self._retry()
+        self._outage.connected(self.where)
+        if self._ever_connected and not self._planned:
+            self._observer.reconnected(self.where, self.address)
+        self._planned = False
+        self._ever_connected = True
+        self._client = client
+        return client
+
+    async def _retry(self) -> AsyncClient:
+        """Connect with backoff (tenacity) until it works or ``stop()``."""
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(CONNECTION_ERRORS),
             wait=tenacity.wait_exponential_jitter(multiplier=0.1, max=self._max_wait, jitter=0.2),
@@ -132,12 +147,6 @@ class HealingConnection:
             client: AsyncClient = await retrying(self._connect)
         except CONNECTION_ERRORS as e:  # only when stop() ended the retries
             raise Stopped(str(e)) from e
-        self._outage.connected(self.where)
-        if self._ever_connected and not self._planned:
-            self._observer.reconnected(self.where, self.address)
-        self._planned = False
-        self._ever_connected = True
-        self._client = client
         return client
 
     async def _sleep(self, seconds: float) -> None:
@@ -215,7 +224,10 @@ class HealingConnection:
     def _log_failure(self, state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
-        self._outage.failed(self.where, exc or "unknown error", delay)
+        self._log_failure_of(exc, delay)
+
+    def _log_failure_of(self, error: BaseException | None, delay: float) -> None:
+        self._outage.failed(self.where, error or "unknown error", delay)
 
     def drop(self, reason: object = None, *, planned: bool = False) -> None:
         """Forget the current connection (it failed); the next ``client()`` reconnects.

@@ -83,8 +83,17 @@ class JobHandler:
         self.switches = switches
         self.joblog = joblog
         self.argv = config.argv()
-        self.env = {**environ, **dict(config.env)}
+        self._environ = environ
+        self._env: dict[str, str] | None = None
         self.cmdcheck = CommandCheck(f"{tube}:{slot}", {"tube": tube, "slot": slot})
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The commands' environment before the job's own variables: made at the first
+        job, not at start-up (a thousand idle workers need no copy of it each)."""
+        if self._env is None:
+            self._env = {**self._environ, **dict(self.config.env)}
+        return self._env
 
     async def handle(
         self, client: AsyncClient, job: Job, reserved_at: float, started_at: float,

@@ -43,7 +43,7 @@ RETIRE_INTERVALS = 30
 FIRST_CHECK_INTERVALS = 10
 MAX_CHECK_INTERVALS = 120
 #: The most ``stats-tube`` requests in one round; tubes past it wait for the next rounds.
-MAX_CHECKS_PER_ROUND = 20
+MAX_CHECKS_PER_ROUND = 5
 
 
 def selector(tubes: Sequence[str], all_tubes: bool) -> Callable[[str], bool]:

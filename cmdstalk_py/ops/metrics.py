@@ -239,8 +239,9 @@ class MetricsExporter(Observer):
             "jobs stay queued.", [*pool_tube, "reason"], registry=r,
         )  # fmt: skip
         self.loop_lag_gauge = prom.Gauge(
-            "cmdstalk_loop_lag_seconds", "How late the supervisor's event loop ran its last "
-            "probe timer: what a kill point or a job start may wait behind.", registry=r,
+            "cmdstalk_loop_lag_seconds", "The longest the supervisor's event loop was held "
+            "between two polls lately: what a kill point or a job start may wait behind.",
+            registry=r,
         )  # fmt: skip
         self._lock = threading.Lock()
         self._busy: dict[tuple[str, int], bool] = {}

@@ -90,7 +90,7 @@ class Observer:
         """Called periodically (about once a second) while the supervisor is healthy."""
 
     def loop_lag(self, seconds: float) -> None:
-        """How late the event loop ran its last probe timer (a few times a second)."""
+        """The longest the event loop was held between two polls lately (twice a second)."""
 
     def close(self) -> None:
         """The supervisor has stopped; flush and release resources."""

@@ -13,23 +13,27 @@ Modules, from the command line inwards:
 - ``poolfile``: the TOML config file → one ``Config`` per pool, each key checked by its
   flag's own type; one error line naming the file and the key. ``fileread`` reads the file
   (one regular file, links resolved once, bounded, never blocking: SIGHUP reads it from
-  the main loop); ``tomlread``: its bytes → TOML tables in bounded time (UTF-8, nesting,
+  the event loop, in its executor); ``tomlread``: its bytes → TOML tables in bounded time (UTF-8, nesting,
   key depth); ``overlaps``: two pools serving one tube on one server; ``keytext``: a key
   or a value as an error line or ``--check`` shows it (TOML form, escapes escaped).
 - ``config``: ``Config``, the one frozen value every part takes, its defaults and parsers.
 - ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
+- ``extras``: ``Extras``, the options that wire things around the supervisor.
 - ``wiring``: ``run_supervisor``: logging, observers, ``--embedded``, then the lifecycle.
-- ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED, signals, shutdown,
-  SIGHUP reload.
+- ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED on one asyncio
+  event loop, signals, shutdown, SIGHUP reload, the loop's lag; ``looptime``: the loop's
+  selector timing how long the loop is held.
 - ``dispatcher``: which pools run (one ``Config`` each) and a reload's switch-over.
 - ``pool``: one pool's workers on each of its servers (``--workers`` shared, or
-  ``--per-tube``), one thread each; the waker for limits and rates.
-- ``discovery``: ``--all`` and globs: ``list-tubes`` per server, tubes that are gone.
+  ``--per-tube``), a task each on the loop; the waker for limits and rates.
+- ``discovery``: ``--all`` and globs: ``list-tubes`` per server (a task), tubes that are
+  gone (``CheckPlan``: which tubes are asked ``stats-tube`` when).
 - ``gate``: per-tube limits and rates: which tubes a worker may watch (pure rules, token
   bucket); ``watchplan``: a worker's candidate tubes joined with its pool's gate.
-- ``broker``: a worker: one connection, its watch set, the reserve loop (blocking, cut
-  short by shutting the socket down); ``brokerjob``: one job: stats-job, run,
-  delete/release/bury.
+- ``broker``: a worker's coroutine: one connection, its watch set, the reserve (plain when
+  idle, cut short by closing the connection); ``brokerjob``: one job top to bottom:
+  stats-job, precheck, run, decide, delete/release/bury (``JobHandler``);
+  ``standalone``: brokers on a thread's own loop (tests, a Spark task).
 - ``jobrun``: one job beside its command: the deadline (``--keep-alive`` touches,
   ``--max-runtime``), the command's control requests, the decision at its end.
 - ``cmdcheck``: a command that cannot run (exit 126/127, no shell): one ERROR per broker.

@@ -16,9 +16,9 @@ default executor). Signal handlers only count signals and wake the main coroutin
 acts on the counts.
 
 Everything runs on one asyncio event loop in the calling thread: the pools' workers and
-discovery are its tasks, their commands' pipes and timers its callbacks. A probe measures
-how late the loop runs a timer (``loop_lag`` to the observers, a metrics gauge) and warns
-when something held the loop over ``LAG_WARN`` seconds.
+discovery are its tasks, their commands' pipes and timers its callbacks. A probe reports
+the longest the loop was held between two polls (``looptime``; ``loop_lag`` to the
+observers, a metrics gauge) and warns when something held it over ``LAG_WARN`` seconds.
 """
 
 from __future__ import annotations
@@ -38,16 +38,18 @@ from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.dispatcher import Dispatcher, as_pools
+from cmdstalk_py.supervisor.looptime import new_loop, selector_of
 
 log = logging.getLogger("cmdstalk")
 
 HEARTBEAT_INTERVAL = 1.0
-# The main loop's longest sleep: bounds how late a timer (heartbeat, shutdown timeout) fires.
+# The main coroutine's longest sleep while nothing asks for it (a signal, a stop or reload
+# request wakes it at once): bounds how late the heartbeat and the shutdown timeout come.
 TICK = 0.25
 # While starting, poll faster so READY goes out soon after the brokers connect.
 STARTING_TICK = 0.02
 #: How often the loop-lag probe runs, and the lag past which it warns (seconds).
-LAG_PROBE = 0.25
+LAG_PROBE = 0.5
 LAG_WARN = 0.1
 
 
@@ -56,6 +58,11 @@ class SupervisorState(enum.Enum):
     RUNNING = "running"
     DRAINING = "draining"
     STOPPED = "stopped"
+
+
+# Idle and running, the heartbeat is all the main coroutine has to do; starting, it looks
+# for readiness often, and draining, for the workers' end.
+_TICKS = {SupervisorState.STARTING: STARTING_TICK, SupervisorState.RUNNING: HEARTBEAT_INTERVAL}
 
 
 class Supervisor:
@@ -147,8 +154,8 @@ class Supervisor:
         """Serve until stopped, on ``loop`` (one not running yet: the dashboard may already
         be bound to it) or a new one, in this thread; the loop is closed at the end.
         ``install_signals`` needs the main thread."""
-        factory = None if loop is None else (lambda: loop)
-        with asyncio.Runner(loop_factory=factory) as runner:
+        made = loop if loop is not None else new_loop()
+        with asyncio.Runner(loop_factory=lambda: made) as runner:
             return runner.run(self.main(install_signals))
 
     async def main(self, install_signals: bool = True) -> int:
@@ -160,7 +167,7 @@ class Supervisor:
             try:
                 self.dispatcher.start()
                 while not await self._step(time.monotonic()):
-                    tick = STARTING_TICK if self.state is SupervisorState.STARTING else TICK
+                    tick = _TICKS.get(self.state, TICK)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(tick):
                             await poked.wait()
@@ -171,12 +178,14 @@ class Supervisor:
         return 0
 
     async def _probe_lag(self) -> None:
-        """How late the loop runs a timer: what a command's kill point may be late by."""
-        loop = asyncio.get_running_loop()
+        """How long the loop was held at most, each ``LAG_PROBE`` seconds: what a command's
+        kill point or a job's start may have waited behind (``looptime``)."""
+        selector = selector_of(asyncio.get_running_loop())
+        if selector is None:
+            return  # a loop not made by looptime.new_loop: nothing measures it
         while True:
-            expected = loop.time() + LAG_PROBE
             await asyncio.sleep(LAG_PROBE)
-            self.loop_lag = lag = max(0.0, loop.time() - expected)
+            self.loop_lag = lag = selector.take()
             self.observer.loop_lag(lag)
             if lag > LAG_WARN:
                 log.warning(
@@ -195,8 +204,11 @@ class Supervisor:
         if self.state is SupervisorState.STARTING and self.dispatcher.ready():
             # STARTING -> RUNNING: every initial broker holds a connection.
             self.state = SupervisorState.RUNNING
-            log.info("ready: %d broker(s) connected to %s", len(self.dispatcher.brokers()),
-                     self.config.address)
+            log.info(
+                "ready: %d broker(s) connected to %s",
+                len(self.dispatcher.brokers()),
+                self.config.address,
+            )
             self.observer.ready()
         if self.state in (SupervisorState.STARTING, SupervisorState.RUNNING):
             if self._stop_requests:

@@ -30,6 +30,7 @@ from cmdstalk_py.process import set_child_subreaper, start_sentinel
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.lifecycle import Supervisor
+from cmdstalk_py.supervisor.looptime import new_loop
 
 log = logging.getLogger("cmdstalk")
 
@@ -70,7 +71,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         )  # fmt: skip
         exporter = None
         # The supervisor's one event loop, made now: the dashboard serves on it too.
-        loop = asyncio.new_event_loop()
+        loop = new_loop()
 
         # The metrics' queue gauges (label ``server``) and the dashboard follow it.
         served = supervisor.dispatcher.servers

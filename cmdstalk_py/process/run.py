@@ -353,6 +353,9 @@ class _Run:
         untrack(self.pid)
         self.ended = time.monotonic()
         self.reaped = True
+        if self.sampler is not None:
+            # A sample in flight may have read /proc after the exit: the pid is not ours now.
+            self.sampler.close()
         self.kill.on_reaped()
         self.exited.set_result(None)
         self.loop.remove_reader(self.pidfd)

@@ -71,7 +71,7 @@ def cpu(jobs: int, seconds: float) -> None:
     limited = asyncio.run(_sleepers(jobs, seconds, True))
     per = (limited - plain) / (jobs * seconds)
     print(f"{jobs} sleepers x {seconds:.0f} s: CPU {plain:.3f} s without limits, "
-          f"{limited:.3f} s with: {per * 1000:.2f} ms of CPU per running job per second")  # fmt: skip
+          f"{limited:.3f} s with: {per * 1000:.2f} ms per running job per second")  # fmt: skip
     print(f"host processes now: {sum(1 for n in os.listdir('/proc') if n.isdigit())}")
 
 

@@ -8,7 +8,7 @@ no queue. Targets: per-tube 1 ≥ 0.90 x raw, per-tube 4 ≥ 1.4 x raw.
 
 Workers measured (``--modes``):
 - ``cli``: the real ``cmdstalk`` CLI as a subprocess (the figure that counts);
-- ``broker``: the supervisor's ``Broker`` class in threads of this process (not by
+- ``broker``: the supervisor's ``Broker`` class on one event loop in this process (not by
   default: it tells the broker's cost apart from the CLI process's);
 - ``loop``: a minimal reserve / stats-job / run_command / delete loop per thread inside
   this process (what a broker costs without the CLI around it);
@@ -57,6 +57,7 @@ Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--modes c
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import io
 import os
@@ -168,11 +169,15 @@ def process_cpu(pid: int) -> float:
 def time_spawn(jobs: int) -> float:
     """Seconds for ``jobs`` sequential ``run_command`` calls."""
     env = child_env()
+
+    async def sequential() -> None:
+        for _ in range(jobs):
+            result = await run_command(ARGV, PAYLOAD, env)
+            if result.exit_code != 0:
+                raise RuntimeError(f"command failed: {result}")
+
     started = time.perf_counter()
-    for _ in range(jobs):
-        result = run_command(ARGV, PAYLOAD, env)
-        if result.exit_code != 0:
-            raise RuntimeError(f"command failed: {result}")
+    asyncio.run(sequential())
     return time.perf_counter() - started
 
 
@@ -180,9 +185,10 @@ def time_spawn(jobs: int) -> float:
 
 
 def loop_worker(server: BeanstalkServer, tube: str, stop: threading.Event) -> None:
-    """A minimal broker: reserve, stats-job, run_command, delete."""
+    """A minimal broker: reserve, stats-job, run_command (on this thread's own loop), delete."""
     env = child_env()
     address = (server.host, server.port)
+    loop = asyncio.new_event_loop()
     with greenstalk.Client(address, use=tube, watch=tube, encoding=None) as client:
         while not stop.is_set():
             try:
@@ -191,10 +197,11 @@ def loop_worker(server: BeanstalkServer, tube: str, stop: threading.Event) -> No
                 continue
             client.stats_job(job)  # the supervisor does one per job
             assert isinstance(job.body, bytes)
-            result = run_command(ARGV, job.body, env)
+            result = loop.run_until_complete(run_command(ARGV, job.body, env))
             if result.exit_code != 0:
                 raise RuntimeError(f"command failed: {result}")
             client.delete(job)
+    loop.close()
 
 
 @contextmanager
@@ -223,17 +230,19 @@ def loop_workers(server: BeanstalkServer, tube: str, count: int) -> Iterator[Cpu
 def broker_workers(
     server: BeanstalkServer, tube: str, count: int
 ) -> Iterator[CpuProbe | None]:
-    """The supervisor's own ``Broker`` class, ``count`` threads in this process.
+    """The supervisor's own ``Broker`` class, ``count`` of them on one event loop in a
+    thread of this process.
 
     Tells the cost of the broker apart from that of the CLI process around it.
     """
     from cmdstalk_py.supervisor.broker import Broker
     from cmdstalk_py.supervisor.config import Config
+    from cmdstalk_py.supervisor.standalone import serve_standalone
 
     config = Config(cmd=CMD, host=server.host, port=server.port, tubes=(tube,))
     stop = threading.Event()
-    brokers = [Broker(config, tube, slot, stop=stop) for slot in range(count)]
-    with running([partial(broker.run, stop) for broker in brokers], stop):
+    brokers = [Broker(config, tube, slot) for slot in range(count)]
+    with running([partial(serve_standalone, brokers, stop)], stop):
         yield None
 
 

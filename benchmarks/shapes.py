@@ -45,6 +45,7 @@ Usage: ``python benchmarks/shapes.py [--quick] [--jobs N] [--workers N] [--round
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import resource
 import statistics
@@ -69,17 +70,25 @@ from drain import (
     running,
     time_raw_parallel,
 )
-from shapes_loop import FEATURES, BareRunner, FullRunner, Loop, Runner, Slot, connect
+from shapes_aio import Variant, Workers, new_uvloop, uvloop_missing
+from shapes_loop import FEATURES, BareRunner, FullRunner, Loop, Reactor, Runner, Slot, connect
 
 from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
 
 #: Workers of one shape on a tube, until the block ends; a worker's exception goes to the
 #: list (the drain then stops waiting and raises it).
 Shape = Callable[[BeanstalkServer, str, int, list[BaseException]], AbstractContextManager[None]]
-MakeRunner = Callable[[Loop, str, dict[str, str]], Runner]
-ORDER = ("raw", "threads", "poll-loop", "poll-loop-full")
+MakeRunner = Callable[[Reactor, str, dict[str, str]], Runner]
+ORDER = ("raw", "threads", "poll-loop", "poll-loop-full", "asyncio", "asyncio-full", "uvloop",
+         "uvloop-full")  # fmt: skip
 #: ``--ablate``: ``poll-loop-full`` without each of its features in turn, e.g. ``full -log``.
 ABLATIONS = tuple(f"full -{feature}" for feature in sorted(FEATURES))
+#: ``--patterns``: the other ways to write an asyncio worker (``shapes_aio``), per loop.
+PATTERNS = ("asyncio buffered", "asyncio streams", "asyncio sock", "asyncio callbacks",
+            "asyncio subprocess", "asyncio subprocess-pidfd", "uvloop buffered", "uvloop streams",
+            "uvloop sock", "uvloop callbacks", "uvloop subprocess")  # fmt: skip
+#: Per worker count, the ``x raw`` the supervisor's redesign (issue 26) aims at.
+TARGETS = {1: 0.95, 4: 0.88}
 DRAIN_TIMEOUT = 600.0
 
 
@@ -101,7 +110,7 @@ class CpuMeter:
 
     def __init__(self, server: BeanstalkServer) -> None:
         port = str(server.port)
-        found = [p for p in psutil.Process().children() if port in p.cmdline()]
+        found = [p for p in psutil.Process().children() if port in _cmdline(p)]
         if len(found) != 1:
             raise RuntimeError(f"not one child process serving port {port}: {found}")
         self.server_pid = found[0].pid
@@ -111,6 +120,14 @@ class CpuMeter:
         commands = children.ru_utime + children.ru_stime
         # Scheduler nanoseconds: beanstalkd's share per job is below a clock tick.
         return Cpu(time.process_time(), commands, process_cpu(self.server_pid))
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """Its command line; none for a child that is gone or not yet reaped."""
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return []
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,34 @@ def poll_loop_workers(
             thread.join()
 
 
+@contextmanager
+def asyncio_workers(
+    server: BeanstalkServer,
+    tube: str,
+    count: int,
+    failures: list[BaseException],
+    variant: Variant,
+) -> Iterator[None]:
+    """``asyncio``, ``uvloop`` and ``--patterns``: one event loop in one thread."""
+    with Workers(variant, server, tube, failures).running(count, child_env()):
+        yield
+
+
+def variants() -> dict[str, Variant]:
+    """Each asyncio shape by name (``SHAPES`` runs them through ``asyncio_workers``)."""
+    variants: dict[str, Variant] = {}
+    for name, new_loop in (("asyncio", asyncio.new_event_loop), ("uvloop", new_uvloop)):
+        variants[name] = Variant(new_loop)
+        variants[f"{name}-full"] = Variant(new_loop, make_runner=FullRunner)
+        for pattern in ("buffered", "streams", "sock", "callbacks"):
+            variants[f"{name} {pattern}"] = Variant(new_loop, pattern=pattern)
+        variants[f"{name} subprocess"] = Variant(new_loop, spawn="subprocess")
+    variants["asyncio subprocess-pidfd"] = Variant(asyncio.new_event_loop, spawn="subprocess-pidfd")
+    return variants
+
+
 SHAPES: dict[str, Shape] = {
+    **{name: partial(asyncio_workers, variant=variant) for name, variant in variants().items()},
     "threads": thread_workers,
     "poll-loop": partial(poll_loop_workers, make_runner=BareRunner),
     "poll-loop-full": partial(poll_loop_workers, make_runner=FullRunner),
@@ -268,7 +312,7 @@ def run_round(
     raw = results["raw"]
     for name in names:
         done, cpu = results[name], results[name].cpu
-        print(f"  {name:<16} {done.rate:7.1f} jobs/s  {done.rate / raw.rate:5.2f} x raw  "
+        print(f"  {name:<24} {done.rate:7.1f} jobs/s  {done.rate / raw.rate:5.2f} x raw  "
               f"CPU µs/job: ours {cpu.own * 1e6:4.0f}, commands {cpu.commands * 1e6:4.0f}, "
               f"beanstalkd {cpu.server * 1e6:3.0f}", flush=True)  # fmt: skip
     return results
@@ -278,7 +322,7 @@ def print_table(names: tuple[str, ...], rounds: list[dict[str, Result]]) -> None
     """Medians over rounds. ``CPU x raw``: the raw chain's CPU per job over the shape's, the
     ratio its rate tends to while the chain alone keeps every core busy."""
     print(f"\nmedians over {len(rounds)} round(s); x raw: to the raw rate of the same round")
-    print(f"  {'shape':<16} {'jobs/s':>7}  {'x raw':>5}  CPU µs/job: {'ours':>4} {'commands':>8} "
+    print(f"  {'shape':<24} {'jobs/s':>7}  {'x raw':>5}  CPU µs/job: {'ours':>4} {'commands':>8} "
           f"{'beanstalkd':>10}  {'CPU x raw':>9}  (x raw per round)")  # fmt: skip
 
     def median(values: Iterator[float]) -> float:
@@ -287,7 +331,7 @@ def print_table(names: tuple[str, ...], rounds: list[dict[str, Result]]) -> None
     for name in names:
         ratios = [r[name].rate / r["raw"].rate for r in rounds]
         each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
-        print(f"  {name:<16} {median(r[name].rate for r in rounds):7.1f}  "
+        print(f"  {name:<24} {median(r[name].rate for r in rounds):7.1f}  "
               f"{statistics.median(ratios):5.2f}  "
               f"{'':>11} {median(r[name].cpu.own for r in rounds) * 1e6:4.0f} "
               f"{median(r[name].cpu.commands for r in rounds) * 1e6:8.0f} "
@@ -296,32 +340,55 @@ def print_table(names: tuple[str, ...], rounds: list[dict[str, Result]]) -> None
               f"({each})")  # fmt: skip
 
 
+def shape_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """The shapes asked for, ``raw`` first; uvloop's dropped (and why printed) without it."""
+    names = [name for name in args.shapes.split(",") if name] if args.shapes else list(ORDER)
+    names += ABLATIONS if args.ablate else ()
+    names += PATTERNS if args.patterns else ()
+    unknown = [name for name in names if name != "raw" and name not in SHAPES]
+    if unknown:
+        raise SystemExit(f"Error: no shape {', '.join(unknown)} (known: {', '.join(SHAPES)})")
+    if (why := uvloop_missing()) and any(name.startswith("uvloop") for name in names):
+        print(f"uvloop shapes skipped: {why}")
+        names = [name for name in names if not name.startswith("uvloop")]
+    return ("raw", *dict.fromkeys(name for name in names if name != "raw"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--workers", type=int, default=4, help="jobs run at a time")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="200 jobs, one round")
+    parser.add_argument("--shapes", help=f"comma-separated (default: {','.join(ORDER)})")
     parser.add_argument(
         "--ablate", action="store_true",
         help="also poll-loop-full without each of its features in turn (what each costs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--patterns", action="store_true",
+        help="also the other ways to write an asyncio worker (streams, sock, callbacks, "
+        "create_subprocess_exec)",
     )  # fmt: skip
     args = parser.parse_args()
     jobs, rounds = (200, 1) if args.quick else (args.jobs, args.rounds)
     if beanstalkd_path() is None:
         print("shapes benchmark skipped: beanstalkd not found (set BEANSTALKD_PATH)")
         return
+    names = shape_names(args)
     print(f"worker shapes: {jobs} jobs, {args.workers} at a time, {SHELL} {CMD!r}, "
           f"{os.cpu_count()} cpus, {rounds} round(s)")  # fmt: skip
-    names = ORDER + ABLATIONS if args.ablate else ORDER
     results: list[dict[str, Result]] = []
     with running_beanstalkd("-z", str(1 << 20)) as server:
         for index in range(rounds):
             flip = index % 2 == 1
             order = ", ".join(names[::-1] if flip else names)
-            print(f"round {index + 1}/{rounds}: {order}", flush=True)
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"round {index + 1}/{rounds} (load average {load}): {order}", flush=True)
             results.append(run_round(server, names, flip, args.workers, jobs))
     print_table(names, results)
+    if args.workers in TARGETS:
+        print(f"target (issue 26) at {args.workers} worker(s): x raw >= {TARGETS[args.workers]}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ class Loop:
     def _stop(self) -> None:
         self.stopping = True
 
+    def write_payload(self, fd: int, payload: bytes) -> None:
+        write_payload(fd, payload)
+
     def run(self) -> None:
         while not self.stopping:
             for fd, _ in self.epoll.poll():
@@ -78,6 +81,18 @@ class Loop:
     def close(self) -> None:
         os.close(self.wake_fd)
         self.epoll.close()
+
+
+class Reactor(Protocol):
+    """What slots and runners need of a loop: an fd's readiness calls its handler.
+    ``Loop`` is one; ``shapes_aio.AsyncioReactor`` puts the same on an asyncio loop."""
+
+    def watch(self, fd: int, handler: Callable[[], None]) -> None: ...
+
+    def forget(self, fd: int) -> None: ...
+
+    def write_payload(self, fd: int, payload: bytes) -> None:
+        """``payload`` on the command's stdin pipe ``fd``, then close it."""
 
 
 class Runner(Protocol):
@@ -149,7 +164,7 @@ class Slot:
     """One connection running one job at a time: reserve -> stats-job -> the command ->
     delete -> reserve again."""
 
-    def __init__(self, loop: Loop, sock: socket.socket, runner: Runner) -> None:
+    def __init__(self, loop: Reactor, sock: socket.socket, runner: Runner) -> None:
         self.sock, self.runner = sock, runner
         self.buffer = b""
         self.job_id, self.body = 0, b""
@@ -201,7 +216,7 @@ class Slot:
 class Children:
     """Commands started and not yet reaped, each watched with a pidfd in the loop."""
 
-    def __init__(self, loop: Loop) -> None:
+    def __init__(self, loop: Reactor) -> None:
         self.loop = loop
         self.live: dict[int, int] = {}  # pid -> pidfd
 
@@ -229,6 +244,7 @@ class Children:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+            self.loop.forget(pidfd)  # before the close: uvloop must not watch a closed fd
             os.close(pidfd)
         self.live.clear()
 
@@ -262,14 +278,14 @@ class BareRunner(Children):
     """``poll-loop``: the command alone, stdin on a pipe, in a new session."""
 
     def __init__(
-        self, loop: Loop, tube: str, env: dict[str, str], argv: Sequence[str] = ARGV
+        self, loop: Reactor, tube: str, env: dict[str, str], argv: Sequence[str] = ARGV
     ) -> None:
         super().__init__(loop)
         self.env, self.argv = env, list(argv)
 
     def start(self, job_id: int, body: bytes, stats: bytes, done: Done) -> None:
         pid, stdin = spawn_bare(self.argv, self.env)
-        write_payload(stdin, body)
+        self.loop.write_payload(stdin, body)
         self.watch_exit(pid, job_id, done)
 
 
@@ -294,7 +310,7 @@ class FullRunner(Children):
 
     def __init__(
         self,
-        loop: Loop,
+        loop: Reactor,
         tube: str,
         env: dict[str, str],
         argv: Sequence[str] = ARGV,
@@ -340,7 +356,7 @@ class FullRunner(Children):
         else:
             pid, stdin = spawn_bare(self.argv, env)
         self._tell(b"=%s %d\n" % (token.encode(), pid))
-        write_payload(stdin, body)
+        self.loop.write_payload(stdin, body)
 
         def over() -> None:
             if open_pipes or pid in self.live:
@@ -377,6 +393,7 @@ class FullRunner(Children):
     def close(self) -> None:
         super().close()
         for fd in self.pipes:
+            self.loop.forget(fd)
             os.close(fd)
         self.pipes.clear()
         os.close(self.sentinel)

@@ -1,13 +1,18 @@
 """Smoke test of benchmarks/shapes.py: a quick run names every shape with a ratio to raw;
-the poll loop's reply framing; a failing command stops a drain at once."""
+the poll loop's reply framing; a failing command stops a drain at once (poll loop and
+asyncio shapes); the asyncio payload writer's partial writes."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -18,8 +23,24 @@ from cmdstalk_py.client.errors import NotFound
 from tests.helpers import beanstalkd_path, running_beanstalkd
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-SHAPES = ("raw", "threads", "poll-loop", "poll-loop-full")
+SHAPES = ("raw", "threads", "poll-loop", "poll-loop-full", "asyncio", "asyncio-full")
+UVLOOP_SHAPES = ("uvloop", "uvloop-full")
 needs_beanstalkd = pytest.mark.skipif(beanstalkd_path() is None, reason="beanstalkd not found")
+
+
+def uvloop_installed() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+LOOPS: list[Callable[[], asyncio.AbstractEventLoop]] = [asyncio.new_event_loop]
+if uvloop_installed():
+    import uvloop
+
+    LOOPS.append(uvloop.new_event_loop)
 
 
 @pytest.fixture
@@ -30,14 +51,18 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 @needs_beanstalkd
+@pytest.mark.timeout(600)  # a shared machine's load stretches the run
 def test_quick_run_names_each_shape_with_a_ratio() -> None:
     out = subprocess.run(
         [sys.executable, str(BENCHMARKS / "shapes.py"), "--quick"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=540, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     summary = out.stdout.split("medians over 1 round(s)")[1]
-    for name in SHAPES:
+    uvloop = UVLOOP_SHAPES if uvloop_installed() else ()
+    if not uvloop:
+        assert "uvloop shapes skipped: uvloop cannot be imported" in out.stdout
+    for name in SHAPES + uvloop:
         # name, jobs/s, x raw, CPU µs/job (ours, commands, beanstalkd), CPU x raw, each round's
         number, ratio = r"\d+\.\d", r"(\d+\.\d\d)"
         row = re.search(
@@ -87,3 +112,65 @@ def test_a_failing_command_stops_the_drain_at_once(bench: ModuleType, runner: st
         with pytest.raises(RuntimeError, match="exited with 1"):
             bench.drain_queue(server, bench.CpuMeter(server), shape, 2, 20)
         assert time.monotonic() - started < 30  # not the drain's 600 s timeout
+
+
+@needs_beanstalkd
+@pytest.mark.parametrize(
+    "name", ["asyncio", "asyncio-full", "asyncio streams", "asyncio sock", "asyncio callbacks",
+             "asyncio subprocess", "asyncio subprocess-pidfd", "uvloop", "uvloop subprocess"],
+)  # fmt: skip
+def test_an_asyncio_shape_stops_at_once_on_a_failing_command(bench: ModuleType, name: str) -> None:
+    if name.startswith("uvloop") and not uvloop_installed():
+        pytest.skip("uvloop is not installed")
+    variant = replace(bench.variants()[name], argv=("/bin/false",))
+    shape = partial(bench.asyncio_workers, variant=variant)
+    # The command's failure, not the drain's "not drained" after its timeout.
+    with running_beanstalkd() as server, pytest.raises(RuntimeError, match="exited with 1"):
+        bench.drain_queue(server, bench.CpuMeter(server), shape, 2, 20)
+
+
+@pytest.mark.parametrize("new_loop", LOOPS)
+def test_a_payload_bigger_than_the_pipe_is_written_whole(
+    bench: ModuleType, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    payload = os.urandom(1 << 20)  # 16 pipe buffers: the first write takes only part
+    loop = new_loop()
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    received = bytearray()
+    over: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        chunk = os.read(read_end, 1 << 16)
+        received.extend(chunk)
+        if not chunk:
+            loop.remove_reader(read_end)
+            over.set_result(None)
+
+    try:
+        reactor = sys.modules["shapes_aio"].AsyncioReactor(loop)
+        loop.add_reader(read_end, readable)
+        reactor.write_payload(write_end, payload)
+        loop.run_until_complete(asyncio.wait_for(over, 30))
+        assert bytes(received) == payload
+        assert not reactor.writing  # the write end was closed: that is how EOF came
+    finally:
+        os.close(read_end)
+        loop.close()
+
+
+@pytest.mark.parametrize("new_loop", LOOPS)
+def test_a_command_that_reads_nothing_costs_no_error(
+    bench: ModuleType, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    loop = new_loop()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the command exited without reading its stdin
+    try:
+        reactor = sys.modules["shapes_aio"].AsyncioReactor(loop)
+        reactor.write_payload(write_end, b"x" * 100)
+        with pytest.raises(OSError):
+            os.fstat(write_end)  # closed
+        assert not reactor.writing
+    finally:
+        loop.close()

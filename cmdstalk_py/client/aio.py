@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from greenstalk import StatsJob, StatsTube
 
 T = TypeVar("T")
+#: Bytes received at most per read (a stats reply is a few hundred; a job body may be
+#: larger, and comes in several reads).
+RECV_SIZE = 65536
 Parse = Callable[[Reply], Any]
 
 
@@ -50,7 +54,7 @@ class _Pending:
         self.sent = sent
 
 
-class AsyncClient(asyncio.Protocol):
+class AsyncClient(asyncio.BufferedProtocol):
     """A connection's requests and replies; ``open`` makes a connected one."""
 
     def __init__(self, io_timeout: float = 30.0) -> None:
@@ -58,6 +62,12 @@ class AsyncClient(asyncio.Protocol):
         self.loop = self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._framer = ReplyFramer()
+        # Replies are received into one reused buffer (``BufferedProtocol``), not a fresh
+        # 256 KiB bytes object per receive as a plain Protocol's transport makes; one per
+        # thread (its loop), shared by every connection on it: each receive is framed
+        # (copied out) before the next begins, and a thousand idle workers must not hold
+        # a thousand buffers.
+        self._rx_view = _receive_buffer()
         self._pending: deque[_Pending] = deque()
         self._last_rx = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
@@ -83,10 +93,13 @@ class AsyncClient(asyncio.Protocol):
         if sock is not None:
             _keepalive(sock, self.io_timeout)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._rx_view
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._last_rx = self._loop.time()
         try:
-            replies = self._framer.feed(data)
+            replies = self._framer.feed(self._rx_view[:nbytes])
         except UnexpectedReply as e:
             self._fail(e)
             return
@@ -249,6 +262,21 @@ class AsyncClient(asyncio.Protocol):
     def tubes(self) -> asyncio.Future[list[str]]:
         """Every tube on the server (``list-tubes``)."""
         return self.request(b"list-tubes\r\n", lambda r: parse_list(_block_of(r)), self.io_timeout)
+
+    def tubes_listed(self) -> asyncio.Future[bytes]:
+        """``list-tubes``' reply as it came (``replies.parse_list`` reads it): a poller
+        that sees the same bytes as last time need not parse them again."""
+        return self.request(b"list-tubes\r\n", _block_of, self.io_timeout)
+
+
+_BUFFERS = threading.local()
+
+
+def _receive_buffer() -> memoryview:
+    view: memoryview | None = getattr(_BUFFERS, "view", None)
+    if view is None:
+        view = _BUFFERS.view = memoryview(bytearray(RECV_SIZE))
+    return view
 
 
 def _job_of(reply: Reply) -> Job:

@@ -42,7 +42,7 @@ class ReplyFramer:
         self._line: bytes | None = None  # a line whose data block is still coming
         self._need = 0  # bytes of that block, its CRLF included
 
-    def feed(self, data: bytes) -> list[Reply]:
+    def feed(self, data: bytes | memoryview) -> list[Reply]:
         """The replies ``data`` completes (maybe none); ``UnexpectedReply`` if out of step."""
         buf = self._buf
         buf += data

@@ -255,6 +255,11 @@ class EventLog(Observer):
         if self._queue.put(line) is None:
             self._lost("the sink is not keeping up (queue full)")
 
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every record queued so far is written (or ``timeout``); False if not.
+        Never called on the event loop: for tests and tools that read the file next."""
+        return self._queue.flush(timeout)
+
     def _write_lines(self, lines: list[bytes]) -> None:
         """The writer thread: each record whole or not at all."""
         for line in lines:

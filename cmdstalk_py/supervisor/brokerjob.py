@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cmdstalk.broker")
 
+#: Tubes whose short TTR was pointed out already (once per tube and process: every
+#: worker of the process runs on one loop, or a Spark task's loop).
+_SHORT_TTR_TOLD: set[tuple[str, int]] = set()
+
 
 @dataclass(frozen=True)
 class JobHooks:
@@ -126,6 +130,7 @@ class JobHandler:
                 server=self.connection.address, extra=self.joblog.extra(job.id, "control"),
                 on_lost=self.connection.drop,
             )  # fmt: skip
+            _tell_short_ttr(tube, stats["ttr"], run)
             proc = await self._run(job, stats, run, hooks)
             self.cmdcheck.check(job.id, proc)
             # A stop is never undone: set now means set before the command ended.
@@ -262,3 +267,17 @@ class JobHandler:
             server=self.connection.address,
             pool=self.config.pool,
         )
+
+
+def _tell_short_ttr(tube: str, ttr: int, run: JobRun) -> None:
+    """A TTR that leaves the command half of it or less surprises a Go user (TTR 3 s:
+    SIGTERM at 1.5 s): say so once per tube and TTR."""
+    plan = run.plan
+    if plan.term_after > ttr / 2 or (tube, ttr) in _SHORT_TTR_TOLD:
+        return
+    _SHORT_TTR_TOLD.add((tube, ttr))
+    log.warning(
+        "tube %s: a TTR of %d s leaves a command %.2g s before SIGTERM (SIGKILL %.2g s "
+        "later), so that it is dead before the server's TTR; give such jobs a longer TTR, "
+        "or use --keep-alive", tube, ttr, plan.term_after, plan.grace,
+    )  # fmt: skip

@@ -27,8 +27,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
+from cmdstalk_py.client.replies import parse_list
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.config import is_glob
 
@@ -135,6 +137,7 @@ class Discovery:
         self._known: set[str] = set()
         self._checks = CheckPlan(interval)
         self._empty_since: dict[str, float] = {}
+        self._listing = (b"", [""])  # the last list-tubes reply, and the names it selected
         self.listed = False  # the first tube list is known
         self._stopped = False
         self._wakeup = asyncio.Event()
@@ -167,7 +170,16 @@ class Discovery:
     async def poll(self, now: float) -> None:
         """One round: list the tubes, report new ones, look at those due, retire abandoned."""
         client = await self.connection.client()
-        names = [n for n in await client.tubes() if self._select(n)]
+        body = await client.tubes_listed()
+        if body != self._listing[0]:  # an idle server's list is the same bytes every round
+            self._listing = (body, [n for n in parse_list(body) if self._select(n)])
+            self._changed(self._listing[1], now)
+        due = self._checks.take_due(now)
+        if due:
+            await self._look_at(client, due, now)
+
+    def _changed(self, names: list[str], now: float) -> None:
+        """The server's list changed: report new tubes, retire those no longer listed."""
         listed = set(names)
         new = [n for n in names if n not in self._known]
         if new:
@@ -178,7 +190,9 @@ class Discovery:
             self._found(new)
         for tube in sorted(self._known - listed):
             self._retire(tube)  # dropped by the server: nobody watches it any more
-        due = self._checks.take_due(now)
+
+    async def _look_at(self, client: AsyncClient, due: list[str], now: float) -> None:
+        """``stats-tube`` of the tubes due a look; retire those abandoned long enough."""
         # Sent together, read in order: one round trip for the lot.
         replies = [(tube, client.stats_tube(tube)) for tube in due]
         for tube, reply in replies:

@@ -141,10 +141,15 @@ class Supervisor:
 
     # -- the main loop ----------------------------------------------------------------------
 
-    def run(self, install_signals: bool = True) -> int:
-        """Serve until stopped, on a new event loop in this thread. ``install_signals``
-        needs the main thread."""
-        return asyncio.run(self.main(install_signals))
+    def run(
+        self, install_signals: bool = True, loop: asyncio.AbstractEventLoop | None = None
+    ) -> int:
+        """Serve until stopped, on ``loop`` (one not running yet: the dashboard may already
+        be bound to it) or a new one, in this thread; the loop is closed at the end.
+        ``install_signals`` needs the main thread."""
+        factory = None if loop is None else (lambda: loop)
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(self.main(install_signals))
 
     async def main(self, install_signals: bool = True) -> int:
         """Serve until stopped, on the running loop; the exit status (0)."""

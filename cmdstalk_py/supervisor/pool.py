@@ -52,6 +52,7 @@ class Site:
         self.address = format_address(host, port)
         self.tubes: list[str] = [] if dynamic(pool.config) else list(pool.config.tubes)
         self.workers: list[tuple[Broker, asyncio.Task[int]]] = []
+        self._by_tube: dict[str, list[Broker]] = {}  # --per-tube: each tube's workers
         self.initial: list[Broker] = []
         self.discovery: Discovery | None = None
 
@@ -90,6 +91,8 @@ class Site:
         )  # fmt: skip
         task = asyncio.get_running_loop().create_task(broker.serve(), name=broker.where)
         self.workers.append((broker, task))
+        if tube is not None:
+            self._by_tube.setdefault(tube, []).append(broker)
         return broker
 
     def _start_tube(self, tube: str) -> list[Broker]:
@@ -129,9 +132,13 @@ class Site:
 
     def watchers(self, tube: str) -> int:
         """Our connections to this server that watch ``tube`` (they keep it alive)."""
+        # Asked of each tube discovery looks at: only the brokers that may watch it.
+        brokers = self._by_tube.get(tube, []) if self.pool.config.workers is None else [
+            b for b, _ in self.workers
+        ]  # fmt: skip
         return sum(
-            1 for b in self.brokers()
-            if b.connection.connected and tube in b.connection.watching
+            1 for b in brokers
+            if not b.retired and b.connection.connected and tube in b.connection.watching
         )  # fmt: skip
 
     def rewatch_all(self) -> None:
@@ -151,7 +158,14 @@ class Site:
 
     def prune(self) -> None:
         """Forget retired workers that have ended."""
+        ended = [b for b, t in self.workers if t.done() and b.retired]
+        if not ended:
+            return
         self.workers = [(b, t) for b, t in self.workers if not (t.done() and b.retired)]
+        for broker in ended:
+            tubes = self._by_tube.get(broker.tube, [])
+            if broker in tubes:
+                tubes.remove(broker)
 
     def connected(self) -> bool:
         """The first tube list is known and the initial workers are connected."""

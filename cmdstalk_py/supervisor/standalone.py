@@ -65,10 +65,14 @@ async def _serve(
         thread = threading.Thread(target=bridge, name="cmdstalk-standalone-bridge", daemon=True)
         thread.start()
     try:
-        limits = (
-            list(max_jobs) if isinstance(max_jobs, Sequence) else [max_jobs] * len(brokers)
-        )
-        runs = (b.serve(n, idle_timeout) for b, n in zip(brokers, limits, strict=True))
+        limits = list(max_jobs) if isinstance(max_jobs, Sequence) else [max_jobs] * len(brokers)
+        runs = [
+            # Named for the logs of a Spark task (``spark/drain.py``): server, tube, slot.
+            loop.create_task(
+                b.serve(n, idle_timeout), name=f"broker-{b.connection.address}/{b.where}"
+            )
+            for b, n in zip(brokers, limits, strict=True)
+        ]
         return list(await asyncio.gather(*runs))
     finally:
         over.set()

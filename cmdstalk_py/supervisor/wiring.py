@@ -9,13 +9,13 @@ extra installed, become click usage errors (exit 2) before anything starts.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -28,29 +28,10 @@ from cmdstalk_py.ops.observers import Observers
 from cmdstalk_py.ops.systemd import SystemdNotifier
 from cmdstalk_py.process import set_child_subreaper, start_sentinel
 from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.lifecycle import Supervisor
 
 log = logging.getLogger("cmdstalk")
-
-
-@dataclass(frozen=True)
-class Extras:
-    """Options that wire things around the supervisor rather than configure brokers."""
-
-    embedded: bool = False
-    embedded_max_job_size: int | None = None
-    binlog: str | None = None  # the embedded server's -b DIR
-    binlog_fsync_ms: int = 50  # -f MS
-    binlog_no_fsync: bool = False  # -F
-    binlog_size: int | None = None  # -s BYTES
-    log_format: str = "text"
-    log_level: str = "INFO"
-    events: str | None = None
-    metrics: str | None = None
-    # --config: what SIGHUP reads the pools from again (None: no reload)
-    reload: Callable[[], Sequence[Config]] | None = None
-    http: str | None = None  # the dashboard's HOST:PORT
-    http_token: str | None = None
 
 
 def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
@@ -88,6 +69,8 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             reap_orphans=reap,
         )  # fmt: skip
         exporter = None
+        # The supervisor's one event loop, made now: the dashboard serves on it too.
+        loop = asyncio.new_event_loop()
 
         # The metrics' queue gauges (label ``server``) and the dashboard follow it.
         served = supervisor.dispatcher.servers
@@ -102,7 +85,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
             observers.add(exporter)
         if extras.http is not None:
-            _start_dashboard(served, extras, supervisor, observers, exporter)
+            _start_dashboard(served, extras, supervisor, observers, exporter, loop)
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit. Outside systemd it would only count jobs for nobody.
         notifier = SystemdNotifier()
@@ -114,7 +97,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             log.info("cmdstalk %s: %d pools", __version__, len(pools))
             for pool in pools:
                 log.info("pool %s: %s", pool.pool, summary(pool))
-        return supervisor.run()
+        return supervisor.run(loop=loop)
 
 
 def summary(config: Config) -> str:
@@ -135,9 +118,11 @@ def _start_dashboard(
     supervisor: Supervisor,
     observers: Observers,
     exporter: Any,
+    loop: asyncio.AbstractEventLoop,
 ) -> None:
-    """``--http``: the dashboard (imported only now), with ``/metrics`` when
-    prometheus-client is installed (the ``--metrics`` exporter's, or one of its own)."""
+    """``--http``: the dashboard (imported only now) on the supervisor's loop, with
+    ``/metrics`` when prometheus-client is installed (the ``--metrics`` exporter's, or one
+    of its own)."""
     assert extras.http is not None
     from cmdstalk_py.ops.dashboard import start_dashboard
     from cmdstalk_py.ops.dashboard.board import Board
@@ -160,7 +145,8 @@ def _start_dashboard(
         dashboard = start_dashboard(
             extras.http, board, served, supervisor.dispatcher.tubes,
             supervisor.request_stop, extras.http_token, connections,
-            exporter.render if exporter is not None else None,
+            exporter.render if exporter is not None else None, extras.http_allow_host,
+            loop=loop,
         )  # fmt: skip
     except (ValueError, OSError) as e:
         raise click.BadParameter(str(e), param_hint="--http") from None

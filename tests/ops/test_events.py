@@ -103,6 +103,7 @@ def test_many_threads_never_interleave(tmp_path: Path) -> None:
         for i in range(per_thread):
             # Lines of very different sizes (up to ~4 KiB) make torn writes visible.
             elog.job_finished(result(job_id=t * per_thread + i, slot=t, stdout_tail="z" * (i * 8)))
+            elog.flush()
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
     for th in threads:
@@ -123,11 +124,15 @@ def test_rename_rotation_is_noticed_within_the_check_interval(tmp_path: Path) ->
     clock = FakeClock()
     elog = EventLog(str(path), clock=clock)
     elog.job_finished(result(1))
+    elog.flush()
     path.rename(rotated)
     elog.job_finished(result(2))  # within the interval: still the old (renamed) file
+    elog.flush()
     clock.now += 1.0
     elog.job_finished(result(3))
+    elog.flush()
     elog.job_finished(result(4))
+    elog.flush()
     elog.close()
     assert [r["job_id"] for r in read_lines(rotated)] == [1, 2]
     assert [r["job_id"] for r in read_lines(path)] == [3, 4]
@@ -138,9 +143,11 @@ def test_deleted_file_is_recreated(tmp_path: Path) -> None:
     clock = FakeClock()
     elog = EventLog(str(path), clock=clock)
     elog.job_finished(result(1))
+    elog.flush()
     path.unlink()
     clock.now += 5
     elog.job_finished(result(2))
+    elog.flush()
     elog.close()
     assert [r["job_id"] for r in read_lines(path)] == [2]
 
@@ -149,8 +156,10 @@ def test_copytruncate_keeps_appending_at_the_end(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     elog = EventLog(str(path))
     elog.job_finished(result(1))
+    elog.flush()
     os.truncate(path, 0)  # logrotate's copytruncate
     elog.job_finished(result(2))
+    elog.flush()
     elog.close()
     assert path.read_bytes().startswith(b"{")  # O_APPEND: no hole of NULs before the line
     assert [r["job_id"] for r in read_lines(path)] == [2]
@@ -171,10 +180,13 @@ def test_sighup_reopens_at_next_write(tmp_path: Path, restore_sighup: None) -> N
     elog = EventLog(str(path), clock=clock)
     install_sighup_reopen(elog)
     elog.job_finished(result(1))
+    elog.flush()
     path.rename(rotated)
     elog.job_finished(result(2))
+    elog.flush()
     os.kill(os.getpid(), signal.SIGHUP)  # the handler runs in this (the main) thread
     elog.job_finished(result(3))
+    elog.flush()
     elog.close()
     assert [r["job_id"] for r in read_lines(rotated)] == [1, 2]
     assert [r["job_id"] for r in read_lines(path)] == [3]
@@ -184,9 +196,11 @@ def test_explicit_reopen(tmp_path: Path) -> None:
     path, rotated = tmp_path / "e.jsonl", tmp_path / "e.jsonl.1"
     elog = EventLog(str(path), clock=FakeClock())
     elog.job_finished(result(1))
+    elog.flush()
     path.rename(rotated)
     elog.reopen()
     elog.job_finished(result(2))
+    elog.flush()
     elog.close()
     assert [r["job_id"] for r in read_lines(path)] == [2]
 
@@ -205,6 +219,7 @@ def test_write_failure_is_logged_once_and_recovers(
     with caplog.at_level(logging.ERROR, logger="cmdstalk.events"):
         elog.job_finished(result(1))  # must not raise: a lost event line never loses a job
         elog.job_finished(result(2))
+        elog.flush()
     assert len([r for r in caplog.records if "cannot write" in r.getMessage()]) == 1
     logdir.mkdir()
     elog.job_finished(result(3))  # after a failure every write checks the path again
@@ -216,6 +231,7 @@ def test_stdout_destination(capfd: pytest.CaptureFixture[str]) -> None:
     elog = EventLog("-", hostname="h", pid=9)
     print("before", flush=True)
     elog.job_finished(result(5))
+    elog.flush()
     elog.close()
     out = capfd.readouterr().out.splitlines()
     assert out[0] == "before"
@@ -227,6 +243,7 @@ def test_closed_log_drops_records_quietly(tmp_path: Path) -> None:
     elog = EventLog(str(path))
     elog.close()
     elog.job_finished(result(1))
+    elog.flush()
     assert path.read_text() == ""
 
 

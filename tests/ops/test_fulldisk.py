@@ -50,6 +50,7 @@ def test_full_disk_leaves_no_partial_record(
         with caplog.at_level(logging.WARNING, logger="cmdstalk.events"):
             for job_id in range(1, 21):
                 elog.job_finished(result(job_id, stdout_tail=TAIL))
+                elog.flush()
             assert elog.lost_total > 0
             raw = path.read_bytes()
             assert raw.endswith(b"\n")  # before: a torn record at the end of the file
@@ -60,6 +61,7 @@ def test_full_disk_leaves_no_partial_record(
             filler.unlink()
             for job_id in (21, 22):
                 elog.job_finished(result(job_id, stdout_tail=TAIL))
+                elog.flush()
     finally:
         elog.close()
     # Before: the next record was glued onto the torn one, and both were unreadable.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from pathlib import Path
@@ -256,3 +257,21 @@ def test_broker_connects_while_waiting_for_a_budget_ticket(beanstalk: BeanstalkS
         stop.set()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_short_ttr_is_pointed_out_once_per_tube(
+    beanstalk: BeanstalkServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # TTR 3 s: SIGTERM at 1.5 s, which surprises a Go user; TTR 60 s says nothing.
+    tube = f"short-ttr-{beanstalk.kind}"
+    producer = beanstalk.client(use=tube)
+    for ttr in (3, 3, 60):
+        producer.put(b"", ttr=ttr)
+    broker = Broker(config_for(beanstalk, "true"), tube, 0)
+    with caplog.at_level(logging.WARNING, logger="cmdstalk.broker"):
+        for _ in range(3):
+            assert run_one(broker).outcome is Outcome.DELETED
+    broker.close()
+    told = [r.getMessage() for r in caplog.records if "before SIGTERM" in r.getMessage()]
+    assert len(told) == 1, told
+    assert told[0].startswith(f"tube {tube}: a TTR of 3 s leaves a command 1.5 s before SIGTERM")

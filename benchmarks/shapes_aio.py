@@ -1,0 +1,444 @@
+"""The asyncio worker shapes of ``shapes.py``: N workers on one asyncio event loop.
+
+The loop runs in one thread of the benchmark (the main thread polls the queue). How a
+worker talks to beanstalkd is the ``pattern``:
+
+- ``protocol``: a coroutine per connection over an ``asyncio.Protocol`` that splits the
+  replies out of ``data_received`` and hands each to the waiting request's future;
+- ``buffered``: the same over an ``asyncio.BufferedProtocol``, received into one reused
+  buffer (the plain transport receives into a fresh 256 KiB bytes object each time);
+- ``streams``: a coroutine per connection over ``asyncio.open_connection``'s reader and
+  writer (``readuntil`` / ``readexactly``);
+- ``sock``: a coroutine per connection on a raw non-blocking socket with
+  ``loop.sock_recv`` / ``loop.sock_sendall``;
+- ``callbacks``: no coroutines at all, ``shapes_loop.Slot``'s state machine with the
+  socket's readiness from ``loop.add_reader``.
+
+How its command runs is the ``spawn``:
+
+- ``own``: ``shapes_loop``'s runners (``os.posix_spawn``, the exit seen on a pidfd with
+  ``loop.add_reader``; ``FullRunner``'s pipes read the same way), the payload written
+  non-blocking (``AsyncioReactor.write_payload``); the coroutine awaits a future the runner
+  completes;
+- ``subprocess``: ``asyncio.create_subprocess_exec``, the payload written to its stdin, with
+  the policy's child watcher (Python 3.11: a thread per child waiting in ``waitpid``);
+- ``subprocess-pidfd``: the same with ``asyncio.PidfdChildWatcher``.
+
+Every variant does what ``poll-loop`` does per job: reserve, stats-job, the command, delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import threading
+import warnings
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol, cast
+
+from drain import ARGV
+from shapes_loop import BareRunner, Runner, Slot, connect, split_reply
+
+from cmdstalk_py.client.replies import parse_int, parse_reply
+from tests.helpers import BeanstalkServer
+
+#: Runs one job's command to its end; raises if it failed.
+RunJob = Callable[[int, bytes, bytes], Awaitable[None]]
+MakeRunner = Callable[["AsyncioReactor", str, dict[str, str], Sequence[str]], Runner]
+PATTERNS = ("protocol", "buffered", "streams", "sock", "callbacks")
+SPAWNS = ("own", "subprocess", "subprocess-pidfd")
+
+
+def uvloop_missing() -> str | None:
+    """Why the uvloop shapes cannot run here, or None."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError as e:
+        return f"uvloop cannot be imported ({e})"
+    return None
+
+
+def new_uvloop() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    return uvloop.new_event_loop()
+
+
+class AsyncioReactor:
+    """``shapes_loop.Reactor`` on an asyncio loop: runners and slots run on it unchanged."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.writing: set[int] = set()  # stdin pipes with part of a payload still to write
+
+    def watch(self, fd: int, handler: Callable[[], None]) -> None:
+        self.loop.add_reader(fd, handler)
+
+    def forget(self, fd: int) -> None:
+        self.loop.remove_reader(fd)
+
+    def write_payload(self, fd: int, payload: bytes) -> None:
+        """Write what the pipe takes now, the rest when it is writable, then close it.
+
+        A payload up to beanstalkd's default job size fits an empty pipe's 64 KiB buffer,
+        so the first write takes it whole: ``add_writer`` is only for bigger ones.
+        """
+        os.set_blocking(fd, False)
+        self._write(fd, memoryview(payload))
+
+    def _write(self, fd: int, rest: memoryview) -> None:
+        try:
+            rest = rest[os.write(fd, rest) :]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:  # the command exited without reading: its status tells
+            rest = rest[:0]
+        if rest:
+            self.writing.add(fd)
+            self.loop.add_writer(fd, self._write, fd, rest)  # replaces the previous one
+            return
+        if fd in self.writing:
+            self.writing.discard(fd)
+            self.loop.remove_writer(fd)
+        os.close(fd)
+
+    def close(self) -> None:
+        for fd in self.writing:
+            self.loop.remove_writer(fd)
+            os.close(fd)
+        self.writing.clear()
+
+
+# -- the connection patterns ----------------------------------------------------------------
+
+
+class Connection(Protocol):
+    """One beanstalkd connection watching one tube, a request at a time."""
+
+    async def request(
+        self, command: bytes, word: bytes, arity: int, with_body: bool
+    ) -> tuple[list[bytes], bytes]:
+        """Send ``command``; its reply's values and body (``split_reply``)."""
+
+    def close(self) -> None: ...
+
+
+async def watch_only(conn: Connection, tube: str) -> None:
+    await conn.request(b"watch %s\r\n" % tube.encode(), b"WATCHING", 1, False)
+    await conn.request(b"ignore default\r\n", b"WATCHING", 1, False)
+
+
+class ReplyProtocol(asyncio.Protocol):
+    """``protocol``: replies split out of ``data_received``, each to its request's future."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.expect: tuple[bytes, int, bool] = (b"", 0, False)
+        self.waiter: asyncio.Future[tuple[list[bytes], bytes]] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
+        self.buffer += data
+        waiter = self.waiter
+        if waiter is None:
+            raise RuntimeError(f"a reply nobody waits for: {self.buffer[:80]!r}")
+        try:
+            reply = split_reply(self.buffer, *self.expect)
+        except Exception as e:  # an error word: the request raises it
+            self.waiter = None
+            waiter.set_exception(e)
+            return
+        if reply is not None:
+            values, body, self.buffer = reply
+            self.waiter = None
+            waiter.set_result((values, body))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("beanstalkd closed a connection"))
+
+    async def request(
+        self, command: bytes, word: bytes, arity: int, with_body: bool
+    ) -> tuple[list[bytes], bytes]:
+        assert self.transport is not None
+        self.expect = (word, arity, with_body)
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(command)
+        return await self.waiter
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class BufferedReplyProtocol(ReplyProtocol, asyncio.BufferedProtocol):
+    """``buffered``: ``ReplyProtocol`` reading into one reused buffer (``recv_into``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunk = bytearray(65536)
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self.chunk
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._received(bytes(memoryview(self.chunk)[:nbytes]))
+
+
+class StreamConnection:
+    """``streams``: ``asyncio.open_connection``'s reader and writer."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def request(
+        self, command: bytes, word: bytes, arity: int, with_body: bool
+    ) -> tuple[list[bytes], bytes]:
+        # No drain(): one short command on a connection whose last reply was read.
+        self.writer.write(command)
+        line = await self.reader.readuntil(b"\r\n")
+        values = parse_reply(line[:-2], word, arity)
+        if not with_body:
+            return values, b""
+        data = await self.reader.readexactly(parse_int(values[-1]) + 2)
+        return values, data[:-2]
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class SockConnection:
+    """``sock``: a non-blocking socket read with ``loop.sock_recv``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buffer = sock, b""
+        self.loop = asyncio.get_running_loop()
+
+    async def request(
+        self, command: bytes, word: bytes, arity: int, with_body: bool
+    ) -> tuple[list[bytes], bytes]:
+        await self.loop.sock_sendall(self.sock, command)
+        while (reply := split_reply(self.buffer, word, arity, with_body)) is None:
+            data = await self.loop.sock_recv(self.sock, 65536)
+            if not data:
+                raise ConnectionError("beanstalkd closed a connection")
+            self.buffer += data
+        values, body, self.buffer = reply
+        return values, body
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def open_connection(pattern: str, server: BeanstalkServer, tube: str) -> Connection:
+    """A connection of ``pattern`` (not ``callbacks``) watching only ``tube``."""
+    loop = asyncio.get_running_loop()
+    conn: Connection
+    if pattern == "protocol":
+        _, conn = await loop.create_connection(ReplyProtocol, server.host, server.port)
+    elif pattern == "buffered":
+        _, conn = await loop.create_connection(BufferedReplyProtocol, server.host, server.port)
+    elif pattern == "streams":
+        conn = StreamConnection(*await asyncio.open_connection(server.host, server.port))
+    elif pattern == "sock":
+        sock = socket.socket()
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (server.host, server.port))
+        conn = SockConnection(sock)
+    else:
+        raise ValueError(f"no connection of pattern {pattern!r}")
+    await watch_only(conn, tube)
+    return conn
+
+
+async def work(conn: Connection, run: RunJob) -> None:
+    """One worker: reserve -> stats-job -> the command -> delete, until cancelled."""
+    while True:
+        values, body = await conn.request(b"reserve\r\n", b"RESERVED", 2, True)
+        job_id = parse_int(values[0])
+        _, stats = await conn.request(b"stats-job %d\r\n" % job_id, b"OK", 1, True)
+        await run(job_id, body, stats)
+        await conn.request(b"delete %d\r\n" % job_id, b"DELETED", 0, False)
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+def run_with(runner: Runner) -> RunJob:
+    """``own``: the runner starts the command; its end completes a future."""
+
+    async def run(job_id: int, body: bytes, stats: bytes) -> None:
+        over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        runner.start(job_id, body, stats, partial(over.set_result, None))
+        await over
+
+    return run
+
+
+class Subprocesses:
+    """``subprocess``: ``asyncio.create_subprocess_exec``, the payload on its stdin pipe."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+        self.argv, self.env = argv, env
+        self.live: set[asyncio.subprocess.Process] = set()
+
+    async def run(self, job_id: int, body: bytes, stats: bytes) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, env=self.env, start_new_session=True
+        )
+        self.live.add(proc)
+        try:
+            await self._feed(proc, body)
+            code = await proc.wait()
+        finally:
+            self.live.discard(proc)
+        if code != 0:
+            raise RuntimeError(f"job {job_id}: the command exited with {code}")
+
+    @staticmethod
+    async def _feed(proc: asyncio.subprocess.Process, body: bytes) -> None:
+        """A command need not read its stdin: its exit status tells whether it failed.
+        (``communicate`` would do this, but uvloop reports a pipe closed by a command that
+        already exited as RuntimeError.)"""
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+            proc.stdin.write(body)
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    async def close(self) -> None:
+        """Kill and reap what still runs (the drain stopped on an error)."""
+        for proc in self.live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.gather(*(proc.wait() for proc in self.live))
+
+
+@contextmanager
+def child_watcher(spawn: str, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """``subprocess-pidfd``: the policy's child watcher is a pidfd one, on ``loop``, while
+    the block runs (Python 3.11's watches one loop; 3.12's picks the running one)."""
+    if spawn != "subprocess-pidfd":
+        yield
+        return
+    with warnings.catch_warnings():  # the child watcher API is deprecated from 3.12
+        warnings.simplefilter("ignore", DeprecationWarning)
+        policy = asyncio.get_event_loop_policy()
+        before = policy.get_child_watcher()
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(loop)
+        policy.set_child_watcher(watcher)
+        try:
+            yield
+        finally:
+            policy.set_child_watcher(before)
+            watcher.close()
+
+
+# -- the shape --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One asyncio shape: its loop, connection pattern, spawn and runner."""
+
+    new_loop: Callable[[], asyncio.AbstractEventLoop]
+    pattern: str = "protocol"
+    spawn: str = "own"
+    make_runner: MakeRunner = BareRunner
+    argv: tuple[str, ...] = tuple(ARGV)  # the command each job runs
+
+
+class Workers:
+    """``count`` workers of ``variant`` on one event loop in a thread of their own."""
+
+    def __init__(
+        self, variant: Variant, server: BeanstalkServer, tube: str, failures: list[BaseException]
+    ) -> None:
+        self.variant, self.server, self.tube, self.failures = variant, server, tube, failures
+        self.loop = variant.new_loop()
+        self.loop.set_exception_handler(self._uncaught)
+        self.stop: asyncio.Future[None] = self.loop.create_future()
+
+    def _uncaught(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        """A callback's exception (a runner's handler raised): the drain stops on it."""
+        exc = context.get("exception")
+        self._fail(exc if isinstance(exc, BaseException) else RuntimeError(context["message"]))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failures.append(exc)
+        if not self.stop.done():
+            self.stop.set_result(None)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._fail(exc)
+
+    async def serve(self, count: int, env: dict[str, str]) -> None:
+        reactor = AsyncioReactor(self.loop)
+        runner = self.variant.make_runner(reactor, self.tube, env, self.variant.argv)
+        conns: list[Connection] = []
+        socks: list[socket.socket] = []
+        subprocesses = Subprocesses(self.variant.argv, env)
+        try:
+            if self.variant.pattern == "callbacks":
+                socks += (connect(self.server.host, self.server.port, self.tube)
+                          for _ in range(count))  # fmt: skip
+                for sock in socks:
+                    Slot(reactor, sock, runner)
+                await self.stop
+                return
+            for _ in range(count):
+                conns.append(await open_connection(self.variant.pattern, self.server, self.tube))
+            run = run_with(runner) if self.variant.spawn == "own" else subprocesses.run
+            tasks = [self.loop.create_task(work(conn, run)) for conn in conns]
+            for task in tasks:
+                task.add_done_callback(self._ended)
+            await self.stop
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for sock in socks:
+                self.loop.remove_reader(sock.fileno())
+                sock.close()
+            for conn in conns:
+                conn.close()
+            runner.close()
+            reactor.close()
+            await subprocesses.close()
+
+    def _run(self, count: int, env: dict[str, str]) -> None:
+        try:
+            self.loop.run_until_complete(self.serve(count, env))
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    @contextmanager
+    def running(self, count: int, env: dict[str, str]) -> Iterator[None]:
+        with child_watcher(self.variant.spawn, self.loop):
+            thread = threading.Thread(target=self._run, args=(count, env))
+            thread.start()
+            try:
+                yield
+            finally:
+                self.loop.call_soon_threadsafe(self._stopping)
+                thread.join()
+                with contextlib.suppress(RuntimeError):  # uvloop: closed already
+                    self.loop.close()
+
+    def _stopping(self) -> None:
+        if not self.stop.done():
+            self.stop.set_result(None)

@@ -1,12 +1,13 @@
 """The event log: one JSON object per finished job, appended to a file or stdout, and one
 whenever a pool's limited or rated tube is held back or servable again.
 
-The job record layout (schema v2: v1 plus ``pool`` and ``server``, the pool whose worker ran
-the job and the ``host:port`` it came from, and ``reason``, ``killed`` and ``progress``) is a
-contract with the Spark analytics, which read both versions; see README "Event log". Tube
-records (``tube_record``) are schema v3, the version that brought records other than jobs:
-they carry an ``event`` key, which no job record has, and a reader that knows only v1 and v2
-skips them as another version. Job records are unchanged and still say 2.
+The job record layout (schema v4: v2 plus ``peak_memory_bytes``, ``cpu_s`` and ``procs``,
+what the command's process tree used; v2 was v1 plus ``pool`` and ``server``, the pool whose
+worker ran the job and the ``host:port`` it came from, and ``reason``, ``killed`` and
+``progress``) is a contract with the Spark analytics, which read v1, v2 and v4; see README
+"Event log". Tube records (``tube_record``) are schema v3, the version that brought records
+other than jobs: they carry an ``event`` key, which no job record has, and a reader that
+knows only v1 and v2 skips them as another version. Job records skipped 3 for that reason.
 ``EventLog`` is safe with many broker threads and never holds one up for long: records go
 through a bounded queue to one writer thread, each written whole or not at all
 (``appendfile``). It is friendly to logrotate: it reopens its path on SIGHUP (a flag set by
@@ -32,7 +33,7 @@ from cmdstalk_py.ops.observers import Observer, TubeHold
 from cmdstalk_py.ops.sinkqueue import SinkQueue
 from cmdstalk_py.supervisor.results import JobResult
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 # The version of records that are not jobs (the ``event`` key tells which).
 EVENT_SCHEMA_VERSION = 3
 TUBE_HELD = "tube_held"
@@ -70,11 +71,13 @@ def bounded_tail(text: str, limit: int = TAIL_BYTES) -> str:
 
 
 def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object]:
-    """``result`` as an event-log record, schema v2, keys in contract order.
+    """``result`` as an event-log record, schema v4, keys in contract order.
 
     v2 added ``pool`` and ``server`` (which worker ran the job, from which server),
     ``reason`` (the rule that decided the outcome), ``killed`` (why the supervisor killed the
-    command) and ``progress`` (the command's last progress note)."""
+    command) and ``progress`` (the command's last progress note). v4 added what the
+    command's process tree used: ``peak_memory_bytes``, ``cpu_s`` (user + system) and
+    ``procs`` (processes it started; null where not known)."""
     return {
         "schema": SCHEMA_VERSION,
         "start": iso_utc(result.started_at),
@@ -104,6 +107,9 @@ def event_record(result: JobResult, hostname: str, pid: int) -> dict[str, object
         "reason": result.reason.value if result.reason is not None else None,
         "killed": result.killed.value if result.killed is not None else None,
         "progress": result.progress,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "cpu_s": round(result.cpu_s, 3) if result.cpu_s is not None else None,
+        "procs": result.procs,
     }
 
 

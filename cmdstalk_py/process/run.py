@@ -5,7 +5,8 @@ for the process itself are watched with ``loop.add_reader``, its stdin with
 ``loop.add_writer``: the payload is written while output is read (no deadlock at any size),
 and the run ends when the *process* exits, not when its pipes close (a grandchild may hold
 them open). One loop timer wakes the run for the next of: the lease's deadline or tick, the
-SIGKILL after the grace period, the end of the control channel's budget pause. ``stop`` and
+SIGKILL after the grace period, the end of the control channel's budget pause, the next
+sample of a limited command's tree (``usage.py``). ``stop`` and
 ``stop_now`` act the moment they are set (``switch.py``). When which signal goes out is
 ``escalation.py``'s; a kill's /proc work runs in ``kill.py``'s thread pool.
 """
@@ -26,11 +27,12 @@ from cmdstalk_py.process.lease import FixedLease, Lease
 from cmdstalk_py.process.marker import MARKER, new_token
 from cmdstalk_py.process.orphans import spawn_tracked, untrack
 from cmdstalk_py.process.output import LineBudget, OutputStream
-from cmdstalk_py.process.result import KillReason, ProcessResult
+from cmdstalk_py.process.result import KillReason, ProcessResult, Usage
 from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
 from cmdstalk_py.process.stdin import PayloadWriter
 from cmdstalk_py.process.switch import Switch
+from cmdstalk_py.process.usage import Limits, Sampler
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
 _READ_SIZE = 65536
@@ -60,6 +62,7 @@ async def run_command(
     lease: Lease | None = None,
     on_control: Callable[[bytes], None] | None = None,
     line_budget: LineBudget | None = None,
+    limits: Limits | None = None,
 ) -> ProcessResult:
     """Run ``argv`` with ``payload`` on its stdin and ``env`` as its whole environment.
 
@@ -82,6 +85,10 @@ async def run_command(
     ``on_spawned`` is told the command's pid as soon as it exists (the dashboard shows it).
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
+
+    ``usage`` in the result is what the command's tree used (``usage.py``). With
+    ``limits``, the tree is sampled every ``usage.SAMPLE_INTERVAL`` seconds and a tree over
+    one is killed as at a deadline, ``killed`` saying which (memory, cpu, procs).
 
     With ``marker``, ``CMDSTALK_RUN`` (``marker.py``) joins the environment and kills also
     reach processes that left the group and the tree (a double fork adopted by this process,
@@ -120,6 +127,8 @@ async def run_command(
     )
     run.stop, run.stop_now, run.on_control = stop, stop_now, on_control
     run.on_spawned, run.on_started = on_spawned, on_started
+    if limits is not None and limits.any:
+        run.sampler = Sampler(child.pid, limits, loop.time())
     try:
         return await run.execute(reap_group)
     except BaseException:
@@ -163,6 +172,8 @@ class _Run:
         self.on_started: Callable[[], None] | None = None
         self.on_control: Callable[[bytes], None] | None = None
         self.status: int | None = None  # raw wait status once reaped
+        self.usage = Usage()  # from the rusage once reaped
+        self.sampler: Sampler | None = None  # with limits: samples of the tree
         self.reaped = False
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
         self.timer: asyncio.TimerHandle | None = None
@@ -239,6 +250,8 @@ class _Run:
         """Release every fd and forget every callback (however the run ended)."""
         self._unwatch()
         self.kill.close()
+        if self.sampler is not None:
+            self.sampler.close()
         for switch, fn in ((self.stop, self.stop_cb), (self.stop_now, self.stop_now_cb)):
             if switch is not None:
                 switch.remove_callback(fn)
@@ -325,18 +338,24 @@ class _Run:
         self.rearm()  # over its budget, the channel rests until paused_until
 
     def _on_exit(self) -> None:
-        """The pidfd is readable: the process exited. Reap it (WNOHANG: it is a zombie)."""
+        """The pidfd is readable: the process exited. Reap it (WNOHANG: it is a zombie);
+        wait4's rusage is what the command and the children it waited for used."""
         status: int | None
         try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:
             pid, status = self.pid, None  # someone else reaped it (a waitpid(-1) elsewhere)
+        else:
+            self.usage = Usage.from_rusage(rusage)
         if pid == 0:
             return
         self.status = status
         untrack(self.pid)
         self.ended = time.monotonic()
         self.reaped = True
+        if self.sampler is not None:
+            # A sample in flight may have read /proc after the exit: the pid is not ours now.
+            self.sampler.close()
         self.kill.on_reaped()
         self.exited.set_result(None)
         self.loop.remove_reader(self.pidfd)
@@ -365,6 +384,12 @@ class _Run:
         # The loop may run a timer a clock tick early; it is due all the same.
         self._check(max(self.loop.time(), when))
 
+    def _sampled(self, crossed: KillReason | None) -> None:
+        """A sample of the tree is in: over a limit, kill it as at a deadline."""
+        if crossed is not None and not self.reaped:
+            self.kill.kill_point(crossed)
+        self.rearm()
+
     def _on_stop(self) -> None:
         self.kill.kill_point(KillReason.SHUTDOWN)
 
@@ -384,8 +409,17 @@ class _Run:
             deadline, reason = lease.deadline()
             if now >= deadline:
                 self.kill.kill_point(reason)
+        sampler = self.sampler
+        if sampler is not None and self._sampling():
+            due = sampler.due()
+            if due is not None and now >= due:
+                sampler.start(self.loop, functools.partial(self._safe, self._sampled))
         self.kill.check(now)
         self.rearm()
+
+    def _sampling(self) -> bool:
+        """Whether the tree is still sampled: until the command is reaped or a kill starts."""
+        return not self.reaped and self.kill.state is KillState.RUNNING
 
     def rearm(self) -> None:
         """Keep the one timer at the next thing due (none: only I/O can wake us). Also
@@ -395,6 +429,8 @@ class _Run:
             wake = _earliest(self.lease.deadline()[0], self.lease.next_tick())
         if self.control is not None and self.control.fd >= 0:
             wake = _earliest(wake, self.control.paused_until)
+        if self.sampler is not None and self._sampling():
+            wake = _earliest(wake, self.sampler.due())
         if self.timer is not None and self.timer.when() == wake:
             return
         self._cancel_timer()
@@ -427,6 +463,7 @@ class _Run:
             spawn_error=None,
             kill_signals=self.kill.sent,
             cleanup_signals=cleanup,
+            usage=self.usage if self.sampler is None else self.usage.merge(self.sampler.usage()),
         )
 
 

@@ -27,9 +27,10 @@ from pyspark.sql.types import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-SCHEMA_VERSION = 2
-#: Every version this reader understands (v1 lacks ``pool`` and ``server``).
-SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 4
+#: Every version this reader understands (v1 lacks ``pool`` and ``server``, v1 and v2 the
+#: figures of v4; 3 is the version of records that are not jobs).
+SCHEMA_VERSIONS = (1, 2, 4)
 CORRUPT = "_corrupt_record"
 #: The key only records that are not jobs carry (``tube_held``, ``tube_servable``).
 EVENT_KIND = "event"
@@ -71,6 +72,10 @@ EVENT_SCHEMA = StructType(
         StructField("reason", StringType()),
         StructField("killed", StringType()),
         StructField("progress", StringType()),
+        # v4: what the command's tree used (null in v1 and v2 records).
+        StructField("peak_memory_bytes", LongType()),
+        StructField("cpu_s", DoubleType()),
+        StructField("procs", LongType()),
     ]
 )
 

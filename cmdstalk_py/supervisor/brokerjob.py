@@ -24,6 +24,7 @@ from cmdstalk_py.client.pipeline import Job
 from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.process import ProcessResult, run_command
 from cmdstalk_py.process.switch import Switch
+from cmdstalk_py.process.usage import Limits
 from cmdstalk_py.supervisor.cmdcheck import CommandCheck
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.jobenv import job_environment
@@ -85,6 +86,7 @@ class JobHandler:
         self.argv = config.argv()
         self._environ = environ
         self._env: dict[str, str] | None = None
+        self.limits = Limits(config.max_memory, config.max_cpu, config.max_procs)
         self.cmdcheck = CommandCheck(f"{tube}:{slot}", {"tube": tube, "slot": slot})
 
     @property
@@ -173,11 +175,12 @@ class JobHandler:
             progress=run.progress if run else None,
             server=self.connection.address,
             pool=self.config.pool,
+            peak_memory_bytes=proc.usage.peak_memory if proc else None,
+            cpu_s=proc.usage.cpu_s if proc else None,
+            procs=proc.usage.procs if proc else None,
         )
 
-    async def _run(
-        self, job: Job, stats: StatsJob, run: JobRun, hooks: JobHooks
-    ) -> ProcessResult:
+    async def _run(self, job: Job, stats: StatsJob, run: JobRun, hooks: JobHooks) -> ProcessResult:
         env = job_environment(self.env, job.id, stats["tube"], stats, job.body)
         self.observer.broker_busy(self.tube, self.slot, True)
         budget = self.joblog.output_budget(job.id, self.config.output_rate)
@@ -201,6 +204,7 @@ class JobHandler:
                 marker=True,
                 on_control=run.on_control,
                 line_budget=budget,
+                limits=self.limits,
             )
         finally:
             self.joblog.output_done()

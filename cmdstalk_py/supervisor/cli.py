@@ -41,6 +41,7 @@ from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.fateflags import fate_options
 from cmdstalk_py.supervisor.flagkit import option as _option
 from cmdstalk_py.supervisor.flagkit import parsed as _parsed
+from cmdstalk_py.supervisor.limitflags import limit_options
 from cmdstalk_py.supervisor.opsflags import http_options, log_options
 from cmdstalk_py.supervisor.poolflags import check_workers, config_options, pool_options
 
@@ -231,6 +232,7 @@ def _address_or_servers(text: str) -> tuple[str, int] | Servers:
 @http_options  # --http, --http-token (issue #20)
 @config_options  # --config, --check
 @fate_options  # --on-exit, --on-timeout, --backoff-jitter, --keep-alive, --max-runtime
+@limit_options  # --max-memory, --max-cpu, --max-procs, --on-limit (issue #29)
 @click.version_option(__version__, "--version", prog_name="cmdstalk")
 def command(**params: Any) -> None:
     """Run a command for every beanstalkd job: the payload goes to its stdin; exit 0 deletes

@@ -20,7 +20,14 @@ from cmdstalk_py.client.names import DEFAULT_ADDRESS as DEFAULT_ADDRESS
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.names import parse_address as parse_address
 from cmdstalk_py.client.names import validate_tube as validate_tube
-from cmdstalk_py.supervisor.numbers import MAX_OUTPUT_RATE, MAX_PER_TUBE, MAX_U32
+from cmdstalk_py.supervisor.numbers import (
+    MAX_OUTPUT_RATE,
+    MAX_PER_TUBE,
+    MAX_PROCS,
+    MAX_SIZE,
+    MAX_U32,
+    MIN_SIZE,
+)
 
 DEFAULT_TUBE = "default"
 DEFAULT_SHELL = "/bin/bash -c"
@@ -70,6 +77,11 @@ class Config:
     on_exit: tuple[tuple[int, str], ...] = ()  # exit code -> delete|release|backoff|bury
     on_timeout: str = "bury"  # bury|release for a job killed at its TTR or max_runtime
     backoff_jitter: bool = False  # full jitter on release delays
+    # Limits of a command's process tree (issue #29); None: no limit of that kind.
+    max_memory: int | None = None  # bytes of resident memory, summed over the tree
+    max_cpu: float | None = None  # user + system CPU seconds of the tree
+    max_procs: int | None = None  # processes alive in the tree at once
+    on_limit: str = "bury"  # bury|release for a job killed over a limit
 
     def __post_init__(self) -> None:
         # The command lines bound every number (``numbers``); a Config built in code must
@@ -82,6 +94,7 @@ class Config:
         # Spark drain, tests): a bad value is one ValueError line here, not a broker's crash.
         self._check_pool()
         self._check_fate()
+        self._check_limits()
 
     def _check_pool(self) -> None:
         for name in ("per_tube", "workers"):
@@ -107,6 +120,17 @@ class Config:
             with _field("on_exit"):
                 if parse_on_exit([f"{code}={action}"]) != ((code, action),):
                     raise ValueError(f"{action!r} is not lower case")
+
+    def _check_limits(self) -> None:
+        with _field("on_limit"):
+            if parse_on_limit(self.on_limit) != self.on_limit:
+                raise ValueError(f"{self.on_limit!r} is not lower case")
+        bounds = (("max_memory", MIN_SIZE, MAX_SIZE), ("max_cpu", 0.01, MAX_U32),
+                  ("max_procs", 1, MAX_PROCS))  # fmt: skip
+        for name, low, high in bounds:
+            value = getattr(self, name)
+            if value is not None and not low <= value <= high:
+                raise ValueError(f"{name} {value!r} is not within {low}-{high}")
 
     @property
     def address(self) -> str:
@@ -160,6 +184,7 @@ _SECONDS = (
     "io_timeout",
     "reconnect_max_wait",
     "max_runtime",
+    "max_cpu",
 )
 
 
@@ -261,6 +286,19 @@ def parse_on_timeout(text: str) -> str:
     action = text.strip().lower()
     if action not in TIMEOUT_ACTIONS:
         raise ValueError(f"invalid timeout action {text!r}: expected bury or release")
+    return action
+
+
+#: What ``--on-limit`` may do with a job killed over a limit of its tree.
+LIMIT_ACTIONS = ("bury", "release")
+
+
+def parse_on_limit(text: str) -> str:
+    """``bury`` (the default) or ``release`` (along the backoff curve, bounded by
+    ``--max-releases``)."""
+    action = text.strip().lower()
+    if action not in LIMIT_ACTIONS:
+        raise ValueError(f"invalid limit action {text!r}: expected bury or release")
     return action
 
 

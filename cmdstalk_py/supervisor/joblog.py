@@ -53,6 +53,18 @@ class _Drops:
             self.unreported, self.reported_at = 0, now
 
 
+def _usage(r: JobResult) -> str:
+    """``, 113 MiB peak, 1.17 s CPU, 3 processes``: what the command's tree used, as known."""
+    parts = []
+    if r.peak_memory_bytes is not None:
+        parts.append(f"{r.peak_memory_bytes / (1 << 20):.0f} MiB peak")
+    if r.cpu_s is not None:
+        parts.append(f"{r.cpu_s:.2f} s CPU")
+    if r.procs is not None:
+        parts.append(f"{r.procs} process" + ("" if r.procs == 1 else "es"))
+    return "".join(", " + part for part in parts)
+
+
 class JobLog:
     """The log lines of one broker (``tube``, ``slot``; a shared worker's ``tube`` is the
     tube of its current job, see ``set_tube``)."""
@@ -85,7 +97,7 @@ class JobLog:
             how = f"killed by {signal_name(r.signal)}"
         else:
             how = "not run"
-        if r.killed is not None:  # what made us kill it: ttr, max_runtime, shutdown
+        if r.killed is not None:  # what made us kill it: ttr, max_runtime, shutdown, a limit
             killed = r.killed.value
             how += f" ({killed})" if r.signal is not None else f" (killed: {killed})"
         delay = f" with delay {r.release_delay}s" if r.release_delay is not None else ""
@@ -93,7 +105,7 @@ class JobLog:
         outcome = r.outcome.value
         # The rule is worth a word only where it is not the default one.
         why = f" by {r.reason.value}" if r.reason not in _PLAIN else ""
-        msg = f"{how}, {outcome}{why}{delay} in {r.duration_ms:.0f} ms{error}"
+        msg = f"{how}, {outcome}{why}{delay} in {r.duration_ms:.0f} ms{_usage(r)}{error}"
         # Reported maybe once the next job started: its own tube, not the current one.
         log.log(level, msg, extra={**self.extra(r.job_id, outcome), "tube": r.tube})
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound, ReplyError
 from cmdstalk_py.process import KillReason, ProcessResult
 from cmdstalk_py.process.control import ControlError, parse_request
+from cmdstalk_py.process.result import LIMIT_KILLS
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.policy import Decision, KillPlan, Request, decide, kill_schedule
 from cmdstalk_py.supervisor.results import Reason
@@ -46,6 +47,9 @@ _KILL_REASONS = {
     KillReason.TTR: Reason.TTR,
     KillReason.MAX_RUNTIME: Reason.MAX_RUNTIME,
     KillReason.SHUTDOWN: Reason.SHUTDOWN,
+    KillReason.MEMORY: Reason.MEMORY,
+    KillReason.CPU: Reason.CPU,
+    KillReason.PROCS: Reason.PROCS,
 }
 
 
@@ -260,6 +264,8 @@ class JobRun:
             request=self.request,
             signaled=proc.signal is not None,
             rng=self._rng,
+            limit_killed=_KILL_REASONS[proc.killed] if proc.killed in LIMIT_KILLS else None,
+            on_limit=c.on_limit,
         )
 
 

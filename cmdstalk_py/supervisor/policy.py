@@ -155,6 +155,8 @@ def decide(
     request: Request | None = None,
     signaled: bool = False,
     rng: random.Random | None = None,
+    limit_killed: Reason | None = None,
+    on_limit: str = "bury",
 ) -> Decision:
     """The outcome of a command that ran (or failed to start: ``exit_code`` None).
 
@@ -170,16 +172,23 @@ def decide(
     we did not send, a command that could not start) a release with backoff by the job's
     ``releases`` so far, always: as in Go, the releases limit is checked when the job is
     next reserved (``precheck``), not here. With ``rng``, backoff delays get full jitter.
+    A command killed over a limit of its tree (``limit_killed``: memory, cpu, procs) is
+    buried with that reason whatever it exited with, or with ``on_limit`` ``release``
+    released along the curve (``--max-releases`` bounds its tries).
     The ``reason`` says which rule decided (``signaled``: ``exit_code`` None because a
     signal ended the command, rather than a failed start).
     """
     if shutdown_killed or (ttr_killed and stopping):
         return _SHUTDOWN_RELEASE
-    if exit_code == 0 and not ttr_killed and not on_exit:
+    if exit_code == 0 and not ttr_killed and not on_exit and limit_killed is None:
         return _DELETE  # the common case, before any backoff arithmetic
     curve = backoff_delay(releases, backoff_exponent, backoff_max)
     if rng is not None:
         curve = full_jitter(curve, rng)
+    if limit_killed is not None:
+        if on_limit == "release":
+            return Decision(Outcome.RELEASED, curve, limit_killed)
+        return Decision(Outcome.BURIED, reason=limit_killed)
     if ttr_killed:
         return _after_kill(killed_by, on_timeout, timeouts, max_timeouts, curve)
     if exit_code is not None:

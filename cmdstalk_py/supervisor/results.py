@@ -37,6 +37,9 @@ class Reason(enum.Enum):
     TTR = "ttr"  # killed ahead of its TTR (or its reservation was gone)
     MAX_RUNTIME = "max_runtime"  # killed at --max-runtime
     SHUTDOWN = "shutdown"  # killed or released because the supervisor was stopping
+    MEMORY = "memory"  # killed over --max-memory
+    CPU = "cpu"  # killed over --max-cpu
+    PROCS = "procs"  # killed over --max-procs
 
 
 class JobResult(NamedTuple):
@@ -65,10 +68,15 @@ class JobResult(NamedTuple):
     stderr_tail: str = ""
     error: str | None = None  # why the job was LOST, or why the command could not start
     reason: Reason | None = None  # the rule that decided the outcome (None when LOST)
-    killed: Reason | None = None  # why we killed the command: TTR, MAX_RUNTIME or SHUTDOWN
+    killed: Reason | None = None  # why we killed the command: TTR, MAX_RUNTIME, SHUTDOWN,
+    # or a limit (MEMORY, CPU, PROCS)
     progress: str | None = None  # the command's last ``progress`` note (control channel)
     server: str = ""  # host:port of the server the job came from (schema v2)
     pool: str = "default"  # the pool whose worker ran it (schema v2)
+    # What the command's process tree used (schema v4; None: not run, or not known).
+    peak_memory_bytes: int | None = None  # peak resident memory
+    cpu_s: float | None = None  # user + system CPU seconds
+    procs: int | None = None  # processes it started (known only with a limit set)
 
     @property
     def duration_ms(self) -> float:

@@ -21,7 +21,7 @@ SCHEMA_KEYS = [
     "slot", "job_id",
     "priority", "ttr", "releases", "timeouts", "reserves", "age_s", "payload_bytes", "outcome",
     "exit_code", "signal", "release_delay", "stdout_tail", "stderr_tail", "error",
-    "reason", "killed", "progress",
+    "reason", "killed", "progress", "peak_memory_bytes", "cpu_s", "procs",
 ]  # fmt: skip
 ISO_MS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -53,13 +53,14 @@ def test_record_layout_types_and_values() -> None:
     rec = event_record(result(), "host-a", 4242)
     assert list(rec) == SCHEMA_KEYS
     assert rec == {
-        "schema": 2, "start": "2026-11-21T12:09:10.250Z", "end": "2026-11-21T12:09:11.750Z",
+        "schema": 4, "start": "2026-11-21T12:09:10.250Z", "end": "2026-11-21T12:09:11.750Z",
         "duration_ms": 1500.5, "hostname": "host-a", "pid": 4242, "pool": "mail",
         "server": "10.0.0.5:11300", "tube": "mail", "slot": 1,
         "job_id": 7, "priority": 1024, "ttr": 60, "releases": 0, "timeouts": 0, "reserves": 1,
         "age_s": 3, "payload_bytes": 11, "outcome": "deleted", "exit_code": 0, "signal": None,
         "release_delay": None, "stdout_tail": "HELLO\n", "stderr_tail": "", "error": None,
-        "reason": None, "killed": None, "progress": None,
+        "reason": None, "killed": None, "progress": None, "peak_memory_bytes": None,
+        "cpu_s": None, "procs": None,
     }  # fmt: skip
     assert isinstance(rec["duration_ms"], float)
     for key in ("pid", "slot", "job_id", "priority", "ttr", "releases", "timeouts",

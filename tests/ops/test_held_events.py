@@ -167,7 +167,7 @@ def test_a_tube_limit_writes_held_then_servable(beanstalk: BeanstalkServer, tmp_
     ]  # fmt: skip
     assert [(r["pool"], r["tube"], r["schema"]) for r in records] == [("default", "t", 3)] * 2
     jobs = [r for r in events_of(events) if "event" not in r]
-    assert len(jobs) == 4 and all(r["schema"] == 2 and r["outcome"] == "deleted" for r in jobs)
+    assert len(jobs) == 4 and all(r["schema"] == 4 and r["outcome"] == "deleted" for r in jobs)
     assert str(records[0]["time"]) <= str(jobs[0]["end"]) <= str(records[1]["time"])
 
 

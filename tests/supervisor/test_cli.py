@@ -142,6 +142,10 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_WORKERS": "4",
         "CMDSTALK_TUBE_LIMIT": "x=2 y=1",
         "CMDSTALK_TUBE_RATE": "x=5/s:10",
+        "CMDSTALK_MAX_MEMORY": "512M",
+        "CMDSTALK_MAX_CPU": "30",
+        "CMDSTALK_MAX_PROCS": "50",
+        "CMDSTALK_ON_LIMIT": "Release",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -188,6 +192,10 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "workers": 4,
         "tube_limits": (("x", 2), ("y", 1)),
         "tube_rates": (("x", 5.0, 10.0),),
+        "max_memory": 512 << 20,
+        "max_cpu": 30.0,
+        "max_procs": 50,
+        "on_limit": "release",
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2
@@ -272,6 +280,6 @@ def test_help_order_survives_the_flag_modules() -> None:
         "--binlog", "--binlog-fsync", "--binlog-no-fsync", "--binlog-size", "--log-format",
         "--log-level", "--events", "--metrics", "--workers", "--tube-limit", "--tube-rate",
         "--http", "--http-token", "--http-allow-host", "--config", "--check", "--on-exit",
-        "--on-timeout",
-        "--backoff-jitter", "--keep-alive", "--max-runtime",
+        "--on-timeout", "--backoff-jitter", "--keep-alive", "--max-runtime", "--max-memory",
+        "--max-cpu", "--max-procs", "--on-limit",
     ]

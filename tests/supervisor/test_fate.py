@@ -124,7 +124,7 @@ def test_reasons_in_the_event_log_and_the_log_lines(
     }
     assert fate["note"]["progress"] == "2 of 2"
     assert fate["perm"]["exit_code"] == 3 and fate["slow"]["signal"] == "SIGTERM"
-    assert all(r["schema"] == 2 for r in fate.values())
+    assert all(r["schema"] == 4 for r in fate.values())
     assert "exit 3, buried by on_exit" in stderr
     assert "killed by SIGTERM (max_runtime), timeout_buried by max_runtime" in stderr
     assert "exit 1, buried by command_request" in stderr

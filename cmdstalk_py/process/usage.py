@@ -1,0 +1,203 @@
+"""What a command's process tree uses: the figures of every run, and the limits (issue #29).
+
+Two sources. At the exit, ``os.wait4`` gives the command's rusage (``from_rusage``): its
+peak resident memory and its user + system CPU, counting every descendant that was waited
+for; nearly free, so every run reports it. The peak is that of the largest single process,
+not of the tree's sum. While a limit is set, the tree is also sampled from /proc every
+``SAMPLE_INTERVAL`` seconds (``Sampler``): the sum of its processes' resident memory, its
+CPU and how many processes are alive; the figures of a run are then the larger of both.
+
+A sample reads ``/proc/PID/stat`` of every process on the host (one read each gives the
+parent, session, state, CPU and RSS), in ``kill.py``'s thread pool so that the loop never
+waits on /proc; the runs sampling at the same moment share one scan (``_shared_scan``). The
+tree is every descendant of the (unreaped) command plus every member of its session. What
+left both (a double fork that ``setsid``-ed) is not counted: only a cgroup would see it.
+Resident memory counts shared pages once per process that maps them, so a tree of many
+small processes reads a little high.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from cmdstalk_py.process.kill import in_pool
+from cmdstalk_py.process.result import KillReason, Usage
+
+#: Seconds between two samples of a limited command's tree. A limit is caught at most this
+#: long (plus the scan, plus ``escalation.SCAN_WAIT`` before the first signal) after the tree
+#: crossed it: the overshoot of ``--max-memory`` is what the tree allocates in that time.
+SAMPLE_INTERVAL = 0.1
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = float(os.sysconf("SC_CLK_TCK"))
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds of one command's tree; None: no bound of that kind."""
+
+    memory: int | None = None  # bytes of resident memory, summed over the tree
+    cpu: float | None = None  # seconds of user + system CPU of the whole tree
+    procs: int | None = None  # processes alive in the tree at once
+
+    @property
+    def any(self) -> bool:
+        return self.memory is not None or self.cpu is not None or self.procs is not None
+
+
+class Stat(NamedTuple):
+    """One ``/proc/PID/stat`` line, the fields a sample needs."""
+
+    pid: int
+    ppid: int
+    session: int
+    zombie: bool
+    cpu: float  # its own user + system seconds
+    reaped_cpu: float  # of the children it waited for (cutime + cstime)
+    rss: int  # bytes
+    start: int  # start time in clock ticks: with the pid, a process's identity
+
+
+def parse_stat(text: str) -> Stat | None:
+    """A ``/proc/PID/stat`` line; None if it is not one (the command name may hold
+    spaces and parentheses, so the fields are counted from the last ``)``)."""
+    pid, _, rest = text.partition(" (")
+    fields = rest[rest.rfind(")") + 2 :].split()
+    if len(fields) < 22 or not pid.isdigit():
+        return None
+    # fields[0] is stat's field 3 (state): field N is fields[N - 3].
+    ticks = [int(v) for v in fields[11:15]]  # utime stime cutime cstime
+    return Stat(
+        int(pid), int(fields[1]), int(fields[3]), fields[0] in "ZX",
+        (ticks[0] + ticks[1]) / _TICK, (ticks[2] + ticks[3]) / _TICK,
+        int(fields[21]) * _PAGE, int(fields[19]),
+    )  # fmt: skip
+
+
+def read_table() -> dict[int, Stat]:
+    """Every process on the host (a process gone between list and read is left out)."""
+    table: dict[int, Stat] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                stat = parse_stat(f.read())
+            if stat is not None:
+                table[stat.pid] = stat
+    return table
+
+
+def tree(table: dict[int, Stat], leader: int) -> list[Stat]:
+    """``leader`` (unreaped, so its pid and session id are its own), its descendants and
+    the members of its session, once each."""
+    children: dict[int, list[int]] = {}
+    for stat in table.values():
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    found = {stat.pid for stat in table.values() if stat.session == leader}
+    todo = [leader]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            found.add(pid)
+        todo.extend(c for c in children.get(pid, ()) if c not in found)
+    return [table[pid] for pid in found]
+
+
+# The scan under way, and when it started: runs that sample within half an interval of
+# each other share it (one /proc walk however many commands are limited).
+_scan: tuple[float, asyncio.Future[dict[int, Stat]], asyncio.AbstractEventLoop] | None = None
+
+
+def _shared_scan(loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, Stat]]:
+    global _scan
+    now = time.monotonic()
+    if _scan is not None and _scan[2] is loop and now - _scan[0] < SAMPLE_INTERVAL / 2:
+        return _scan[1]
+    future = in_pool(read_table)
+    _scan = (now, future, loop)
+    return future
+
+
+class Sampler:
+    """The /proc samples of one limited command's tree, and the limit it crossed.
+
+    Owned by the run on its loop. ``due`` says when to sample next; ``start`` begins a
+    sample (in the pool) and calls ``done`` with the limit crossed (or None) when it is in.
+    """
+
+    def __init__(self, leader: int, limits: Limits, now: float) -> None:
+        self.leader = leader
+        self.limits = limits
+        self.next = now  # the first sample at once: a limit may already be crossed
+        self.pending: asyncio.Future[dict[int, Stat]] | None = None
+        self.peak_memory = 0
+        self.cpu = 0.0
+        self.started = 0  # processes seen in the tree (those living under an interval missed)
+        self.departed_cpu = 0.0  # CPU of tree processes gone without a tree parent to count it
+        self.last: dict[tuple[int, int], Stat] = {}  # the tree of the previous sample
+
+    def due(self) -> float | None:
+        return None if self.pending is not None else self.next
+
+    def start(
+        self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
+    ) -> None:
+        self.pending = future = _shared_scan(loop)
+        future.add_done_callback(lambda f: self._in(f, loop, done))
+
+    def _in(
+        self,
+        future: asyncio.Future[dict[int, Stat]],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[KillReason | None], None],
+    ) -> None:
+        if future is not self.pending:
+            return  # cancelled (the run is over)
+        self.pending = None
+        self.next = loop.time() + SAMPLE_INTERVAL
+        if future.cancelled() or future.exception() is not None:
+            done(None)  # /proc unreadable this time: the next sample tries again
+            return
+        done(self.add(tree(future.result(), self.leader)))
+
+    def add(self, procs: list[Stat]) -> KillReason | None:
+        """Take one sample of the tree; the limit it crossed, if any."""
+        now = {(p.pid, p.start): p for p in procs}
+        alive = {p.pid for p in procs}
+        for key, gone in self.last.items():
+            # One reaped by a parent still in the tree is in that parent's reaped_cpu.
+            if key not in now and gone.ppid not in alive:
+                self.departed_cpu += gone.cpu + gone.reaped_cpu
+        self.started += sum(1 for key in now if key not in self.last)
+        self.last = now
+        live = [p for p in procs if not p.zombie]
+        memory = sum(p.rss for p in live)
+        cpu = self.departed_cpu + sum(p.cpu + p.reaped_cpu for p in procs)
+        self.peak_memory = max(self.peak_memory, memory)
+        self.cpu = max(self.cpu, cpu)  # CPU only grows: a missed child must not shrink it
+        return self.crossed(memory, len(live))
+
+    def crossed(self, memory: int, alive: int) -> KillReason | None:
+        limits = self.limits
+        if limits.memory is not None and memory > limits.memory:
+            return KillReason.MEMORY
+        if limits.procs is not None and alive > limits.procs:
+            return KillReason.PROCS
+        if limits.cpu is not None and self.cpu > limits.cpu:
+            return KillReason.CPU
+        return None
+
+    def usage(self) -> Usage:
+        if not self.started:
+            return Usage()
+        return Usage(self.peak_memory, self.cpu, self.started)
+
+    def close(self) -> None:
+        self.pending = None  # a scan in flight may finish: nobody reads it

@@ -14,8 +14,9 @@ Modules, from the command line inwards:
   flag's own type; one error line naming the file and the key. ``fileread`` reads the file
   (one regular file, links resolved once, bounded, never blocking: SIGHUP reads it off
   the event loop, in its executor); ``tomlread``: its bytes → TOML tables in bounded
-  time (UTF-8, nesting, key depth); ``overlaps``: two pools serving one tube on one server; ``keytext``: a key
-  or a value as an error line or ``--check`` shows it (TOML form, escapes escaped).
+  time (UTF-8, nesting, key depth); ``overlaps``: two pools serving one tube on one
+  server; ``keytext``: a key or a value as an error line or ``--check`` shows it (TOML
+  form, escapes escaped).
 - ``config``: ``Config``, the one frozen value every part takes, its defaults and parsers.
 - ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
 - ``extras``: ``Extras``, the options that wire things around the supervisor.

@@ -39,10 +39,14 @@ class Usage(NamedTuple):
 
     @classmethod
     def from_rusage(cls, ru: resource.struct_rusage | None) -> Usage:
-        """The figures of a reaped command (``os.wait4``); Linux gives ``ru_maxrss`` in KiB."""
+        """The figures of a reaped command (``os.wait4``): its CPU time. Not its peak
+        memory: the command was spawned with vfork, and Linux carries the parent's high
+        water mark of resident memory over the exec into ``ru_maxrss``, so a supervisor
+        of 200 MB would see every command peak at 200 MB or more. The peak comes from
+        samples of the tree (``usage.Sampler``) only."""
         if ru is None:
             return cls()
-        return cls(ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime)
+        return cls(None, ru.ru_utime + ru.ru_stime)
 
     def merge(self, other: Usage) -> Usage:
         """The larger figure of each kind (either source may miss part of the tree)."""

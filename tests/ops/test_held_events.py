@@ -94,7 +94,7 @@ def test_the_event_log_writes_held_at_once_and_servable_once_settled(tmp_path: P
         ("tube_held", "rate"), ("tube_servable", None),
     ]  # fmt: skip
     assert [list(r) for r in records if "event" in r] == [TUBE_KEYS] * 4
-    assert [r["schema"] for r in records] == [2, 3, 2, 3, 3, 3]
+    assert [r["schema"] for r in records] == [4, 3, 4, 3, 3, 3]
 
 
 def test_a_stalled_sink_never_holds_up_the_broker_that_changed_a_tube(tmp_path: Path) -> None:

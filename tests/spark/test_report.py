@@ -164,7 +164,7 @@ def test_report_counts_rates_and_percentiles(spark: SparkSession, tmp_path: Path
         (row["schema"], row["pool"], row["server"]): row["count"]
         for row in events.groupBy("schema", "pool", "server").count().collect()
     }
-    assert by_version == {(1, "default", None): 6075, (2, "imaging", "q:11300"): 6075}
+    assert by_version == {(1, "default", None): 6075, (4, "imaging", "q:11300"): 6075}
     assert (out / "events" / "tube=alpha" / "date=2026-11-21").is_dir()
     assert spark.read.parquet(str(out / "windows")).count() == 3
     page = (out / "report.html").read_text()

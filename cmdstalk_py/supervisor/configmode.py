@@ -21,9 +21,9 @@ from click.core import ParameterSource
 
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.flagkit import ignored_envvars
 from cmdstalk_py.supervisor.keytext import printable
-from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
 
 
 def run(path: Path | None, check: bool, extras: Extras, supervisor: dict[str, Any]) -> int:
@@ -51,6 +51,8 @@ def run(path: Path | None, check: bool, extras: Extras, supervisor: dict[str, An
     def reload() -> tuple[Config, ...]:
         """SIGHUP: the file again, with the same supervisor-wide flags (raises when bad)."""
         return tuple(dataclasses.replace(p, **supervisor) for p in poolfile.load_pools(path))
+
+    from cmdstalk_py.supervisor.wiring import run_supervisor  # what runs: only now
 
     return run_supervisor(pools, dataclasses.replace(extras, reload=reload))
 

@@ -1,6 +1,6 @@
 """``cmdstalk``'s operator options: logging, the event log, metrics, the dashboard.
 
-Supervisor-wide (``wiring.Extras``): a config file's pools share them, so they stay flags.
+Supervisor-wide (``extras.Extras``): a config file's pools share them, so they stay flags.
 Two decorators, because ``--help`` lists the pool options between them.
 """
 
@@ -64,6 +64,15 @@ http_options = stack(
             metavar="TOKEN",
             help="Enable the dashboard's actions (kick, delete, pause, drain) for POSTs "
             "carrying this token; prefer the environment variable to keep it out of ps.",
+        ),
+        option(
+            "--http-allow-host",
+            env="HTTP_ALLOW_HOST",
+            multiple=True,
+            metavar="NAME",
+            help="A Host name the dashboard answers besides the address it listens on (and "
+            "localhost on loopback): the name in the browser's address bar. Repeatable; "
+            "other names are refused (DNS rebinding).",
         ),
     ]
 )

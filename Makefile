@@ -17,6 +17,12 @@ XDIST  ?= -n auto --dist loadgroup
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "Installing cmdstalk-py into $(VENV) with the extras [$(EXTRAS)]:"
+	@echo "  dev: pytest, hypothesis, ruff, mypy, supervisor, Playwright (tests and linters);"
+	@echo "  spark: pyspark, pyarrow, pandas, matplotlib (cmdstalk-spark; pyspark alone is ~500 MB);"
+	@echo "  metrics: prometheus-client (--metrics)."
+	@echo "About 1.2 GB to download and unpack: a few minutes the first time (pip prints nothing until done)."
+	@echo "Later runs reuse $(VENV) until pyproject.toml changes. 'make demo' needs none of it."
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* $(VENV)/.base-*
@@ -24,6 +30,8 @@ $(STAMP): pyproject.toml
 
 $(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "Installing cmdstalk-py alone into $(VENV) (click, greenstalk, psutil, tenacity; no extras):"
+	@echo "a few MB, under a minute. 'make test' adds the dev, spark and metrics extras (~1.2 GB)."
 	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e .
 	rm -f $(VENV)/.base-*
 	touch $@

@@ -143,7 +143,12 @@ class Broker:
         loop's thread runs under ``SCHED_BATCH`` until this returns (``process/sched.py``).
         """
         self._loop = asyncio.get_running_loop()
-        self.reserve_timeout = None if idle_timeout is None else self.config.reserve_timeout
+        # An idle worker waits in a plain reserve, unless it must come back: to end after
+        # ``idle_timeout``, or with --max-jobs, to hand its ticket back now and then (one
+        # waiting on an empty tube would hold it for good, and a job on another tube would
+        # wait for ever).
+        bounded = idle_timeout is not None or self._budget.limited
+        self.reserve_timeout = self.config.reserve_timeout if bounded else None
         done = 0
         self._idle_since = time.monotonic()
         self._observer.broker_busy(self.tube, self.slot, False)
@@ -172,11 +177,12 @@ class Broker:
                     continue
                 if result is not None:
                     done += 1
-                elif (
-                    idle_timeout is not None
-                    and time.monotonic() - self._idle_since >= idle_timeout
-                ):
+                    continue
+                if idle_timeout is not None and time.monotonic() - self._idle_since >= idle_timeout:
                     break
+                if self._budget.limited:
+                    # The ticket went back: let the workers waiting for one have it first.
+                    await asyncio.sleep(0)
         except Stopped:
             pass  # stopped while connecting
         finally:

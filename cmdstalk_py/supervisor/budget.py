@@ -55,6 +55,11 @@ class JobBudget:
             callback()
 
     @property
+    def limited(self) -> bool:
+        """``--max-jobs`` is set: tickets are scarce, and a worker must not keep one idle."""
+        return self._limit is not None
+
+    @property
     def spent(self) -> bool:
         """All ``limit`` jobs are finished: time to exit."""
         return self._limit is not None and self._finished >= self._limit

@@ -206,3 +206,25 @@ def test_stop_interrupts_idle_reserves(beanstalk: BeanstalkServer) -> None:
             return True
 
     wait_until(unwatched, 10, message="brokers gone")
+
+
+def test_max_jobs_serves_a_tube_whose_worker_started_after_idle_ones(
+    beanstalk: BeanstalkServer,
+) -> None:
+    # Three workers, one ticket: the workers of the empty tubes must not keep it while
+    # the job's tube waits (they reserve with a timeout and hand it back).
+    tubes = ("mj-empty-1", "mj-empty-2", "mj-job")
+    job_id = beanstalk.client(use="mj-job").put(b"", ttr=30)
+    collector = Collector()
+    sup = Supervisor(config_for(beanstalk, "true", tubes=tubes, max_jobs=1), collector)
+    thread = threading.Thread(target=sup.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        collector.wait_outcome(job_id, Outcome.DELETED, timeout=30)
+        thread.join(30)
+        assert not thread.is_alive(), "--max-jobs 1 done: the supervisor stops"
+    finally:
+        if thread.is_alive():
+            sup.request_stop()
+            sup.request_stop()
+            thread.join(20)

@@ -154,6 +154,8 @@ def test_figures_in_the_event_log_and_the_log_line(
     ok, over = by_id[plain], by_id[greedy]
     assert (ok["outcome"], ok["killed"]) == ("deleted", None)
     assert (over["outcome"], over["reason"], over["killed"]) == ("buried", "memory", "memory")
-    assert over["peak_memory_bytes"] > 200 * MB and ok["peak_memory_bytes"] < 200 * MB
+    assert over["peak_memory_bytes"] > 200 * MB
+    # `true` may end before its first sample is in: then its peak is not known.
+    assert ok["peak_memory_bytes"] is None or ok["peak_memory_bytes"] < 200 * MB
     assert all(isinstance(r["cpu_s"], float) for r in (ok, over)) and over["procs"] >= 1
     assert "(memory), buried by memory" in stderr and "MiB peak" in stderr

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import greenstalk
 
 from cmdstalk_py.client.names import MAX_U32
-from cmdstalk_py.ctl.servers import Beanstalk, NotFoundError, Target
+from cmdstalk_py.ctl.beanstalk import Beanstalk, Job
+from cmdstalk_py.ctl.replies import Buried, NotFound
+from cmdstalk_py.ctl.servers import Target
 from cmdstalk_py.ctl.text import safe
 from cmdstalk_py.ctl.write import tube_argument
 
@@ -36,14 +37,14 @@ state_option = click.option("--state", "-s", required=True, type=click.Choice(ST
                             help="Which jobs: only those in this state.")  # fmt: skip
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
-Act = Callable[[greenstalk.Job[bytes], dict[str, Any]], None]
+Act = Callable[[Job, dict[str, Any]], None]
 
 
 def count(client: Beanstalk, tube: str, state: str) -> int:
     """Jobs in ``state`` in ``tube`` now (0 when the tube does not exist)."""
     try:
-        return int(client.stats_tube(tube)[f"current-jobs-{state}"])  # type: ignore[literal-required]
-    except NotFoundError:
+        return int(client.stats_tube(tube)[f"current-jobs-{state}"])
+    except NotFound:
         return 0
 
 
@@ -60,7 +61,8 @@ def newest_id(client: Beanstalk, tube: str) -> int:
     """The id of a job put now: every job with a smaller id existed before this call."""
     client.use(f"cmdstalk-ctl-probe.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        probe = client.put(b"", delay=MAX_U32, ttr=1)  # delayed: nobody could run it
+        # delayed for as long as can be: nobody could run it
+        probe = client.put(b"", priority=MAX_U32, delay=MAX_U32, ttr=1)
         client.delete(probe)
     finally:
         client.use(tube)
@@ -96,7 +98,7 @@ def sweep(client: Beanstalk, tube: str, state: str, limit: int, act: Act, label:
         for _ in range(limit):
             try:
                 job = peek()
-            except NotFoundError:
+            except NotFound:
                 break  # the state emptied faster than we did: others took the rest
             if job.id > newest:
                 swept.stopped = True
@@ -104,9 +106,9 @@ def sweep(client: Beanstalk, tube: str, state: str, limit: int, act: Act, label:
             try:
                 stats = dict(client.stats_job(job.id))
                 if stats["state"] != state:
-                    raise NotFoundError()
+                    raise NotFound()
                 held = client.reserve_job(job.id)
-            except NotFoundError:
+            except NotFound:
                 swept.skipped += 1
                 continue
             act(held, stats)
@@ -115,13 +117,13 @@ def sweep(client: Beanstalk, tube: str, state: str, limit: int, act: Act, label:
     return swept
 
 
-def give_back(client: Beanstalk, job: greenstalk.Job[bytes], stats: dict[str, Any]) -> None:
+def give_back(client: Beanstalk, job: Job, stats: dict[str, Any]) -> None:
     """Return a job we hold to the state it was taken from."""
     if stats["state"] == "buried":
-        client.bury(job, stats["pri"])
+        client.bury(job.id, stats["pri"])
     else:
         delay = stats["time-left"] if stats["state"] == "delayed" else 0
-        client.release(job, stats["pri"], delay)
+        client.release(job.id, stats["pri"], delay)
 
 
 @click.command()
@@ -136,7 +138,7 @@ def clear(target: Target, tube: str, state: str, yes: bool) -> None:
             limit = count(client, tube, state)
             if limit:
                 confirm(f"Delete {limit} {state} jobs from {tube} on {address}?", yes)
-            swept = sweep(client, tube, state, limit, lambda job, _: client.delete(job),
+            swept = sweep(client, tube, state, limit, lambda job, _: client.delete(job.id),
                           "deleting")  # fmt: skip
         click.echo(safe(swept.say(f"{address}: deleted {swept.done} {state} jobs from {tube}")))
 
@@ -167,17 +169,17 @@ def move(target: Target, source: str, destination: str, state: str, yes: bool) -
 
 
 def _mover(client: Beanstalk, into: Beanstalk) -> Act:
-    def act(job: greenstalk.Job[bytes], stats: dict[str, Any]) -> None:
+    def act(job: Job, stats: dict[str, Any]) -> None:
         delay = stats["time-left"] if stats["state"] == "delayed" else 0
         try:
             into.put(job.body, priority=stats["pri"], delay=delay, ttr=stats["ttr"])
-        except greenstalk.BuriedError:
+        except Buried:
             pass  # the copy is in, buried (the server is out of memory): still a copy
         except BaseException:
             with contextlib.suppress(Exception):
                 give_back(client, job, stats)
             raise
-        client.delete(job)  # only now: the copy is in
+        client.delete(job.id)  # only now: the copy is in
 
     return act
 

@@ -1,8 +1,9 @@
 """The ``cmdstalk-ctl`` command group: where the servers are, and how a command ends.
 
 Exit codes, for scripts: 0 done; 1 not found (a job, a tube, an event record, nothing in
-the state peeked); 2 usage; 3 a server or supervisor could not be reached, or broke the
-connection (read commands still print what the others answered).
+the state peeked); 2 usage; 3 a server or supervisor could not be reached, broke the
+connection, refused the command (draining, out of memory…) or sent a reply ctl cannot
+trust (read commands still print what the others answered).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from cmdstalk_py.ctl.servers import Target, parse_addresses
 
 EPILOG = (
     "Exit status: 0 done, 1 not found (job, tube, event record, empty peek), 2 usage, "
-    "3 a server or supervisor unreachable."
+    "3 a server or supervisor unreachable, refusing, or sending a bad reply."
 )
 
 
@@ -48,7 +49,7 @@ def _addresses(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
     default=10.0,
     show_default=True,
     type=click.FloatRange(0.1, 3600),
-    help="Seconds to wait to connect and for each reply.",
+    help="Seconds to wait to connect, and for each command's whole reply.",
 )
 @click.version_option(__version__, prog_name="cmdstalk-ctl")
 @click.pass_context

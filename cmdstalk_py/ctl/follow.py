@@ -173,13 +173,38 @@ def tail(path: str, tubes: tuple[str, ...], outcomes: tuple[str, ...], failed: b
         follower.close()
 
 
+#: Largest /api/running reply read (a dashboard lists at most a few thousand jobs).
+RUNNING_LIMIT = 16 * 2**20
+
+
 def fetch_running(url: str, timeout: float) -> list[dict[str, Any]]:
-    """A supervisor dashboard's running jobs (``URL/api/running``)."""
+    """A supervisor dashboard's running jobs (``URL/api/running``), read within
+    ``RUNNING_LIMIT`` bytes and about ``timeout`` seconds for the whole reply; ValueError
+    for a reply that is not a list of objects."""
+    deadline = time.monotonic() + timeout
+    data = bytearray()
     with urllib.request.urlopen(url.rstrip("/") + "/api/running", timeout=timeout) as reply:
-        value = json.load(reply)
-    if not isinstance(value, list):
+        while chunk := reply.read1(65536):  # each read waits at most ``timeout``
+            data += chunk
+            if len(data) > RUNNING_LIMIT:
+                raise ValueError(f"reply over {RUNNING_LIMIT} bytes")
+            if time.monotonic() > deadline:
+                raise ValueError(f"timed out: no whole reply within {timeout:g}s (--timeout)")
+    try:
+        value = json.loads(data)
+    except RecursionError:  # nested deeper than a reply of ours ever is
+        raise ValueError("not a list of running jobs") from None
+    if not isinstance(value, list) or not all(isinstance(j, dict) for j in value):
         raise ValueError("not a list of running jobs")
     return value
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.1f}s" if isinstance(value, int | float) else "-"
+
+
+def _last_line(output: object) -> object:
+    return output[-1] if isinstance(output, list) and output else ""
 
 
 @click.command()
@@ -206,8 +231,8 @@ def workers(target: Target, urls: tuple[str, ...], as_json: bool) -> None:
                  "ELAPSED", "TTR", "LAST OUTPUT"]  # fmt: skip
         rows: list[list[object]] = [
             [*([url] if several else []), j.get("pool") or "-", j.get("tube"), j.get("slot"),
-             j.get("job_id"), j.get("pid") or "-", f"{float(j.get('elapsed') or 0):.1f}s",
-             j.get("ttr"), (j.get("output") or [""])[-1]]
+             j.get("job_id"), j.get("pid") or "-", _seconds(j.get("elapsed")), j.get("ttr"),
+             _last_line(j.get("output"))]
             for url, jobs in found.items() for j in jobs
         ]  # fmt: skip
         echo_lines(table(heads, rows, flex=len(heads) - 1))

@@ -12,10 +12,10 @@ from typing import Any
 import click
 
 from cmdstalk_py.ctl import top
+from cmdstalk_py.ctl.beanstalk import Beanstalk
+from cmdstalk_py.ctl.replies import NotFound
 from cmdstalk_py.ctl.servers import (
     TUBE_COLUMNS,
-    Beanstalk,
-    NotFoundError,
     NotFoundExit,
     Target,
     read_each,
@@ -67,7 +67,7 @@ def tubes(target: Target, as_json: bool) -> None:
 def _job_summary(client: Beanstalk, job_id: int) -> dict[str, Any]:
     try:
         return dict(client.stats_job(job_id))
-    except NotFoundError:
+    except NotFound:
         return {}  # deleted between the peek and the stats-job
 
 
@@ -84,7 +84,7 @@ def peek(target: Target, state: str, tube: str, limit: int, as_json: bool) -> No
         client.use(tube)
         try:
             job = getattr(client, f"peek_{state}")()
-        except NotFoundError:
+        except NotFound:
             return None
         return {"id": job.id, "stats": _job_summary(client, job.id), "body": job.body}
 
@@ -129,7 +129,7 @@ def show(target: Target, job_id: int, limit: int, events: str | None, as_json: b
 def _stats_and_body(client: Beanstalk, job_id: int) -> tuple[dict[str, Any], bytes | None]:
     try:
         return dict(client.stats_job(job_id)), client.peek(job_id).body
-    except NotFoundError:
+    except NotFound:
         return {}, None
 
 
@@ -143,7 +143,7 @@ def _print_job(
 ) -> None:
     if stats_:
         click.echo(f"job {job_id}")
-        echo_lines([f"  {k}: {safe(str(v))}" for k, v in stats_.items()])
+        echo_lines([f"  {safe(k)}: {safe(str(v))}" for k, v in stats_.items()])
     else:
         click.echo(f"job {job_id}: not on the server")
     if body is not None:

@@ -1,10 +1,12 @@
 """Connections to the servers named by ``--address``, and the errors that end a command.
 
-Every command talks to beanstalkd through greenstalk's public client, given a socket we
-connect ourselves so that connecting and every reply obey ``--timeout``: a silent server
-makes the command fail (exit 3), never hang. Exit codes are the contract with scripts:
-0 done, 1 not found (a job, a tube, an event record; nothing to peek), 2 usage (click),
-3 a server (or supervisor) could not be reached or broke the connection.
+Every command talks to beanstalkd through ``beanstalk.Beanstalk`` on a socket connected
+here: connecting, and each command with its whole reply, obey ``--timeout``, and replies
+are bounded in bytes (``wire``). A silent, slow, refusing or garbling server makes the
+command fail with one ``Error:`` line and exit 3, never hang, grow or print a traceback.
+Exit codes are the contract with scripts: 0 done, 1 not found (a job, a tube, an event
+record; nothing to peek), 2 usage (click), 3 a server (or supervisor) could not be
+reached, broke the connection, refused the command or sent a reply ctl cannot trust.
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
-import greenstalk
 
 from cmdstalk_py.client.names import DEFAULT_PORT, format_address, parse_address
+from cmdstalk_py.ctl.beanstalk import Beanstalk
+from cmdstalk_py.ctl.replies import NotFound, ServerFault
+from cmdstalk_py.ctl.text import safe
+from cmdstalk_py.ctl.wire import Wire
 
 T = TypeVar("T")
 
 EXIT_NOT_FOUND = 1
 EXIT_UNREACHABLE = 3
-
-Beanstalk = greenstalk.Client[bytes]
-NotFoundError = greenstalk.NotFoundError
 
 #: stats-tube field → column heading of ``tubes`` and ``top``.
 TUBE_COLUMNS = {
@@ -47,7 +49,8 @@ class NotFoundExit(click.ClickException):
 
 
 class Unreachable(click.ClickException):
-    """A server could not be reached or the connection broke (exit 3)."""
+    """A server could not be reached, broke the connection, refused the command or sent
+    a reply ctl cannot trust (exit 3)."""
 
     exit_code = EXIT_UNREACHABLE
 
@@ -86,24 +89,14 @@ class Target:
         except OSError as e:
             raise Unreachable(f"cannot reach {address}: {e}") from None
         try:
-            with _unreachable(address):
-                client: Beanstalk = greenstalk.Client(sock, encoding=None)
-                if use is not None:
-                    client.use(use)
-                try:
-                    yield client
-                finally:
-                    client.close()
+            client = Beanstalk(Wire(sock, self.timeout))
+            if use is not None:
+                client.use(use)
+            yield client
+        except ServerFault as e:
+            raise Unreachable(safe(f"{address}: {e}")) from None
         finally:
             sock.close()
-
-
-@contextlib.contextmanager
-def _unreachable(address: str) -> Iterator[None]:
-    try:
-        yield
-    except (OSError, greenstalk.UnknownResponseError) as e:
-        raise Unreachable(f"{address}: connection failed: {e or type(e).__name__}") from None
 
 
 def read_each(
@@ -139,6 +132,6 @@ def tube_stats(client: Beanstalk) -> dict[str, dict[str, Any]]:
     for name in sorted(client.tubes()):
         try:
             found[name] = dict(client.stats_tube(name))
-        except NotFoundError:
+        except NotFound:
             continue
     return found

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 import click
 
 from cmdstalk_py.client.names import MAX_U32, validate_tube
-from cmdstalk_py.ctl.servers import Beanstalk, NotFoundError, NotFoundExit, Target, Unreachable
+from cmdstalk_py.ctl.beanstalk import Beanstalk
+from cmdstalk_py.ctl.replies import Buried, NotFound, ServerFault
+from cmdstalk_py.ctl.servers import NotFoundExit, Target, Unreachable
 from cmdstalk_py.ctl.text import safe
 
 U32 = click.IntRange(0, MAX_U32)
@@ -33,11 +35,11 @@ def tube_argument(name: str = "tube") -> Callable[[Callable[..., Any]], Callable
     return click.argument(name, callback=check)
 
 
-def _bodies(body: str | None, file: click.File | None) -> Iterator[bytes]:
+def _bodies(body: str | None, lines: IO[bytes] | None) -> Iterator[bytes]:
     if body is not None:
         yield body.encode("utf-8", "surrogateescape")
-    elif file is not None:
-        for line in file:  # type: ignore[attr-defined]
+    elif lines is not None:
+        for line in lines:
             line = line.rstrip(b"\r\n")
             if line:
                 yield line
@@ -48,25 +50,40 @@ def _bodies(body: str | None, file: click.File | None) -> Iterator[bytes]:
 @click.command()
 @tube_argument()
 @click.argument("body", required=False)
+@click.option("--lines", "-l", "per_line", is_flag=True,
+              help="One job per line of stdin (else all of stdin is one job).")  # fmt: skip
 @click.option("--file", "-f", type=click.File("rb"), help="One job per line of FILE (- = stdin).")
 @click.option("--priority", "-p", default=2**16, show_default=True, type=U32)
 @click.option("--delay", "-d", default=0, show_default=True, type=U32, help="Seconds.")
 @click.option("--ttr", "-t", default=60, show_default=True, type=click.IntRange(1, MAX_U32),
               help="Seconds a worker has for the job.")  # fmt: skip
 @click.pass_obj
-def put(target: Target, tube: str, body: str | None, file: click.File | None, priority: int,
-        delay: int, ttr: int) -> None:  # fmt: skip
-    """Put jobs into TUBE: BODY, or stdin, or --file; prints each new job's id.
+def put(target: Target, tube: str, body: str | None, per_line: bool, file: IO[bytes] | None,
+        priority: int, delay: int, ttr: int) -> None:  # fmt: skip
+    """Put jobs into TUBE and print each new job's id, one a line.
 
-    With several --address, jobs go to the first server that can be reached.
+    The job is BODY; without it, all of stdin byte for byte (a trailing newline
+    included) is one job. --lines makes one job of each line of stdin, --file one of
+    each line of FILE: blank lines are skipped and each line's LF or CRLF is removed.
+
+    With several --address, jobs go to the first server that can be reached. When a
+    server fails midway, the ids printed are the jobs put; the later lines were not.
     """
-    if body is not None and file is not None:
-        raise click.UsageError("give BODY or --file, not both")
+    if body is not None and (file is not None or per_line):
+        raise click.UsageError("give BODY, or --lines or --file, not both")
     with contextlib.ExitStack() as stack:
         address, client = _first_reachable(target, tube, stack)
-        for data in _bodies(body, file):
-            job_id = client.put(data, priority=priority, delay=delay, ttr=ttr)
-            click.echo(f"{safe(address)} {job_id}" if len(target.addresses) > 1 else job_id)
+        for data in _bodies(body, file or (sys.stdin.buffer if per_line else None)):
+            try:
+                job_id = client.put(data, priority=priority, delay=delay, ttr=ttr)
+            except Buried as e:
+                _echo_id(target, address, e.job_id)  # it exists: say so before stopping
+                raise ServerFault(str(e)) from None
+            _echo_id(target, address, job_id)
+
+
+def _echo_id(target: Target, address: str, job_id: int) -> None:
+    click.echo(f"{safe(address)} {job_id}" if len(target.addresses) > 1 else job_id)
 
 
 def _first_reachable(
@@ -119,7 +136,7 @@ def _each_job(
         for job_id in job_ids:
             try:
                 act(client, job_id)
-            except NotFoundError:
+            except NotFound:
                 missing.append(str(job_id))
                 continue
             click.echo(f"{done} {job_id}")
@@ -139,7 +156,7 @@ def pause(target: Target, tube: str, seconds: int) -> None:
         with target.connect(address) as client:
             try:
                 client.pause_tube(tube, seconds)
-            except NotFoundError:
+            except NotFound:
                 missing.append(address)
                 continue
         click.echo(f"{safe(address)}: {tube} paused for {seconds}s")

@@ -13,8 +13,10 @@ Modules:
 - ``cli``: the ``cmdstalk-spark`` command line (Spark imported inside each command;
   ``drainopts``: ``drain``'s supervisor options and the ``Config`` they build;
   ``deadcmds``: the ``export-buried`` and ``requeue`` commands);
-  ``session``: a local-friendly SparkSession; ``progress``: progress lines on a terminal;
-  ``errors``: one line for a Spark failure (the innermost cause).
+  ``preflight``: what each command checks before Spark starts (input files and their first
+  bytes, the report's paths, the drain's paths); ``session``: a local-friendly SparkSession;
+  ``progress``: progress lines on a terminal; ``errors``: one line for a Spark failure (the
+  innermost cause).
 - ``datasource``: the ``beanstalkd`` data source, ``enqueue``, ``enqueue_stream`` and
   ``with_idempotency_key``; ``writeresult``: per-partition commit messages, the write's
   summary and ``EnqueueFailed`` (failed puts are not retried by Spark); ``putter``:
@@ -23,14 +25,16 @@ Modules:
   strictly before any job is put).
 - ``eventlog``: reading the supervisor's event log (job records v1 and v2; the tube records
   of v3 skipped) with a fixed schema;
-  ``report``: metrics per tube and window and the files ``report`` writes; ``charts``:
-  its charts (inline SVG in the page, PNG files beside it) and HTML page.
+  ``report``: metrics per tube and window and the files ``report`` writes; ``windowsize``:
+  the window's length, given or chosen from the log's span; ``charts``: its charts (inline
+  SVG in the page, PNG files beside it) and HTML page.
 - ``deadletters``: buried jobs to Parquet and back.
 - ``drain``: cmdstalk's own brokers run as Spark tasks (in ``--cwd``, with the driver's
   environment), results as event-log rows; ``drainplan``: which brokers (tube, server) each
-  task runs, by backlog; ``resultstream``: results sent to the driver as they happen (none
-  lost with an executor); ``drainwatch``: the drain seen through the servers (bounded wait
-  for them, backlog per tube, progress lines on the driver).
+  task runs, by backlog; ``resultstream``: results (and the brokers' warnings) sent to the
+  driver as they happen (none lost with an executor); ``drainwatch``: the drain seen
+  through the servers (bounded wait for them, backlog per tube, progress lines on the
+  driver).
 - ``servers``: several servers (``a:11300,b:11300``): the address list, the partition →
   server round robin of ``enqueue``, the check that each answers before anything starts.
 """

@@ -131,6 +131,8 @@ def main(ctx: click.Context, master: str | None, conf: tuple[str, ...], debug: b
     "--address",
     default=DEFAULT_ADDRESS,
     show_default=True,
+    envvar="CMDSTALK_ADDRESS",
+    show_envvar=True,
     help="beanstalkd host:port; several separated by commas spread the partitions over them.",
 )
 @click.option("--priority", default=1024, show_default=True, type=click.IntRange(0, 2**32 - 1))
@@ -160,26 +162,32 @@ def enqueue(
 ) -> None:
     """Put one job per row of INPUT (a file, directory or glob) into beanstalkd.
 
-    With several servers (--address a:11300,b:11300) partition P writes to server P mod N:
-    every server is checked first, and --partitions N or more spreads the rows evenly.
+    INPUT (a local one: its first bytes too) and the servers are checked before Spark
+    starts. With several servers (--address a:11300,b:11300) partition P writes to server
+    P mod N, and --partitions N or more spreads the rows evenly.
     """
     from cmdstalk_py.client.names import tube_bytes
-    from cmdstalk_py.spark.datasource import write_jobs
-    from cmdstalk_py.spark.inputs import InputError, read_jobs
-    from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.spark.preflight import PreflightError, check_input
     from cmdstalk_py.spark.servers import ServerUnreachable, check_servers, parse_servers
-    from cmdstalk_py.spark.writeresult import EnqueueFailed
 
     try:
         tube_bytes(tube)
         servers = parse_servers(address)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    if len(servers) > 1:
-        try:  # before Spark starts: a JVM is not worth starting for a server that is down
-            check_servers(servers)
-        except ServerUnreachable as exc:
-            raise click.ClickException(f"enqueue failed, nothing was enqueued: {exc}") from exc
+    try:  # before Spark starts: a JVM is not worth starting for a missing file
+        check_input(input_path, fmt, body_column)
+    except PreflightError as exc:
+        raise click.ClickException(f"{exc}; nothing was enqueued") from exc
+    try:  # nor for a server that is down
+        check_servers(servers)
+    except ServerUnreachable as exc:
+        raise click.ClickException(f"enqueue failed, nothing was enqueued: {exc}") from exc
+    from cmdstalk_py.spark.datasource import write_jobs
+    from cmdstalk_py.spark.inputs import InputError, read_jobs
+    from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.spark.writeresult import EnqueueFailed
+
     with _session(ctx, "enqueue") as spark, Progress(spark):
         try:
             df = read_jobs(spark, input_path, fmt, body_column)
@@ -231,27 +239,47 @@ def _to(servers: tuple[str, ...], summary: EnqueueSummary) -> str:
     type=click.Path(file_okay=False),
     help="Output directory; on a cluster, storage every machine shares at the same path.",
 )
-@click.option("--window", default="1h", show_default=True, help="Window length: 30s, 15m, 1h, 1d.")
+@click.option(
+    "--window",
+    help="Window length: 30s, 15m, 1h, 1d. Default: from the log's span, at most "
+    "60 windows (a 14 s drain gets 1 s windows, a day 30 min).",
+)
+@click.option("--overwrite", is_flag=True, help="Write into OUT although it is not empty.")
 @click.pass_context
-def report(ctx: click.Context, events: tuple[str, ...], out: str, window: str) -> None:
+def report(
+    ctx: click.Context, events: tuple[str, ...], out: str, window: str | None, overwrite: bool
+) -> None:
     """Per tube and window: jobs, jobs/s, outcome rates, duration percentiles, queue age,
-    top failures. Writes Parquet, CSV and report.html with charts to OUT."""
-    from cmdstalk_py.spark.progress import Progress
-    from cmdstalk_py.spark.report import ReportError, build_report, parse_window
+    top failures. Writes Parquet, CSV and report.html with charts to OUT.
+
+    OUT must be empty or new (--overwrite replaces a report there); the event logs and OUT
+    are checked before Spark starts."""
+    from cmdstalk_py.spark.preflight import PreflightError, check_events, prepare_out
+    from cmdstalk_py.spark.windowsize import parse_window
 
     try:
-        size = parse_window(window)
+        size = parse_window(window) if window is not None else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--window") from exc
+    try:
+        check_events(events)
+        out_dir = prepare_out(out, overwrite)
+    except PreflightError as exc:
+        raise click.ClickException(f"report failed: {exc}") from exc
+    from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.spark.report import ReportError, build_report
+
     with _session(ctx, "report") as spark, Progress(spark) as progress:
         try:
-            files = build_report(spark, list(events), out, size, progress)
+            files = build_report(spark, list(events), out_dir, size, progress)
         except ReportError as exc:
             raise click.ClickException(str(exc)) from exc
         progress.step("done")
+    chosen = " (from the log's span)" if size is None else ""
     click.echo(
         f"{files.events} events ({files.rejected} rejected), {files.tubes} tubes, "
-        f"{files.windows} windows\n"
+        f"{files.windows} window{'' if files.windows == 1 else 's'} of {files.window.label}"
+        f"{chosen}\n"
         f"report:  {files.html}\nsummary: {files.summary_csv}\ntubes:   {files.tubes_csv}\n"
         f"parquet: {files.out / 'events'}, {files.out / 'windows'} (by tube, date)"
     )
@@ -312,23 +340,32 @@ def drain_cmd(
     result is appended to the event log, which `report` reads. With several servers
     (--address a:11300,b:11300) every tube of every server gets at least one broker, and
     the progress lines and the event log's `server` say which server a job came from.
+    The servers, --cwd (on a local master) and --events are checked before Spark starts.
     """
     import datetime as dt
     import os
 
-    from cmdstalk_py.spark.drain import TaskSetup, drain
-    from cmdstalk_py.spark.drainwatch import DrainError
-    from cmdstalk_py.spark.progress import Progress
+    from cmdstalk_py.client.names import format_address
+    from cmdstalk_py.spark.drainwatch import DrainError, wait_for_servers
+    from cmdstalk_py.spark.preflight import PreflightError, check_drain_paths
+    from cmdstalk_py.spark.session import resolve_master
 
     # Taken before Spark starts: the commands get the user's environment, not Spark's.
-    setup = TaskSetup(
-        cwd=os.path.abspath(cwd or os.getcwd()),
-        environ=dict(os.environ),
-        connect_timeout=connect_timeout,
-    )
+    cwd = os.path.abspath(cwd or os.getcwd())
+    environ = dict(os.environ)
     config = drain_config(**options)
     if events_path is None:
         events_path = f"cmdstalk-drain-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.jsonl"
+    master = resolve_master(ctx.obj["master"], ctx.obj["conf"])
+    try:  # before Spark starts: a JVM is not worth starting for a server that is down
+        check_drain_paths(cwd, events_path, local=master.startswith("local"))
+        wait_for_servers([format_address(*a) for a in config.addresses], connect_timeout)
+    except (PreflightError, DrainError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    from cmdstalk_py.spark.drain import TaskSetup, drain
+    from cmdstalk_py.spark.progress import Progress
+
+    setup = TaskSetup(cwd=cwd, environ=environ, connect_timeout=connect_timeout)
     with _session(ctx, "drain") as spark, Progress(spark) as progress:
         try:
             summary = drain(

@@ -13,6 +13,8 @@ from cmdstalk_py.client.names import DEFAULT_ADDRESS
     "--address",
     default=DEFAULT_ADDRESS,
     show_default=True,
+    envvar="CMDSTALK_ADDRESS",
+    show_envvar=True,
     help="beanstalkd host:port; several separated by commas: each one's buried jobs.",
 )
 @click.option("--tube", required=True)
@@ -58,7 +60,12 @@ def export_buried_cmd(address: str, tube: str, out: str, delete: bool, overwrite
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--tube", help="Put every job into this tube (default: the tube it came from).")
 @click.option(
-    "--address", default=DEFAULT_ADDRESS, show_default=True, help="beanstalkd host:port (one)."
+    "--address",
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    envvar="CMDSTALK_ADDRESS",
+    show_envvar=True,
+    help="beanstalkd host:port (one).",
 )
 @click.option("--delay", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 def requeue_cmd(path: str, tube: str | None, address: str, delay: int) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -47,19 +48,23 @@ from typing import TYPE_CHECKING, Any
 
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.ops.eventlog import encode_line, event_record
+from cmdstalk_py.ops.logsetup import TextFormatter
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.spark.drainplan import BrokerSpec as BrokerSpec
 from cmdstalk_py.spark.drainplan import broker_shares as broker_shares
 from cmdstalk_py.spark.drainplan import plan_brokers as plan_brokers
 from cmdstalk_py.spark.drainplan import plan_server_brokers
 from cmdstalk_py.spark.drainwatch import DrainError, Watch, backlog, wait_for_servers
-from cmdstalk_py.spark.resultstream import ResultServer, ResultStream, line_fields
+from cmdstalk_py.spark.resultstream import ResultServer, ResultStream, line_fields, log_text
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.config import Config, parse_address
 from cmdstalk_py.supervisor.results import JobResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# The driver's logger for the brokers' warnings when drain() is given no ``say``.
+log = logging.getLogger("cmdstalk.spark.drain")
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,15 @@ def run_task(config: Config, specs: list[BrokerSpec], idle_timeout: float, setup
     sender = _Sender(stream, hostname)
     stop, kill_now = threading.Event(), threading.Event()
     previous = _die_with_the_executor(stop, kill_now)
+    warnings = _Warnings(stream, named_servers=len(config.addresses) > 1)
+    broker_log = logging.getLogger("cmdstalk")
+    broker_log.addHandler(warnings)
     try:
         _run_brokers(config, specs, idle_timeout, setup, sender, stop, kill_now)
     finally:
         stop.set()  # ends the watchdog
+        # Removed: a reused Python worker runs the next task with a stream of its own.
+        broker_log.removeHandler(warnings)
         if previous is not None:  # a reused Python worker must die on SIGHUP again
             signal.signal(signal.SIGHUP, previous)
         stream.close()
@@ -161,6 +171,35 @@ def _die_with_the_executor(stop: threading.Event, kill_now: threading.Event) -> 
 
     threading.Thread(target=watch, name="executor-watch", daemon=True).start()
     return previous
+
+
+class _Warnings(logging.Handler):
+    """The brokers' warnings, sent to the driver in the supervisor's text format (UTC time,
+    level, ``[tube:slot] job N``), the server in front when the drain has several. Without
+    it Python prints a bare message on the executor's stderr: no job, tube or time."""
+
+    def __init__(self, stream: ResultStream, named_servers: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.stream = stream
+        self.named_servers = named_servers
+        self.setFormatter(TextFormatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            server = _server_of(threading.current_thread().name)
+            if self.named_servers and server:
+                text = f"{server} {text}"
+            self.stream.send_log(text)
+        except Exception:
+            self.handleError(record)
+
+
+def _server_of(thread_name: str) -> str:
+    """The server of a broker thread named ``broker-SERVER/TUBE:SLOT`` ('' for another)."""
+    if not thread_name.startswith("broker-"):
+        return ""
+    return thread_name[len("broker-") :].partition("/")[0]
 
 
 class _Sender(Observer):
@@ -256,6 +295,13 @@ def drain(
         sink = stack.enter_context(open(path, "ab")) if path is not None else None
 
         def on_line(line: bytes) -> None:
+            message = log_text(line)
+            if message is not None:
+                if say is not None:
+                    say(message)
+                else:
+                    log.warning("%s", message)
+                return
             summary.add(*line_fields(line))
             if sink is not None:
                 sink.write(line)

@@ -20,6 +20,8 @@ _OPTIONS = [
         "--address",
         default=DEFAULT_ADDRESS,
         show_default=True,
+        envvar="CMDSTALK_ADDRESS",
+        show_envvar=True,
         help="beanstalkd host:port; several separated by commas: every tube of every server.",
     ),
     click.option("--tubes", required=True, help="Comma-separated tubes to drain."),

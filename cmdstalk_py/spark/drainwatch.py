@@ -22,29 +22,40 @@ class DrainError(Exception):
     """The drain cannot run: the server is unreachable, or --cwd is missing somewhere."""
 
 
-def wait_for_servers(servers: Sequence[str], timeout: float, where: str = "") -> None:
+def wait_for_servers(
+    servers: Sequence[str],
+    timeout: float,
+    where: str = "",
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Return once every server accepts a connection; DrainError naming those that did not
-    within ``timeout`` s (one deadline for all: a list of servers waits no longer than one)."""
-    deadline = time.monotonic() + timeout
+    within ``timeout`` s (one deadline for all: a list of servers waits no longer than one;
+    ``clock`` and ``sleep`` are the time the deadline is kept in)."""
+    deadline = clock() + timeout
     waiting = list(servers)
     while True:
         errors: dict[str, BaseException] = {}
         for address in waiting:
+            # Each attempt within what is left of the deadline (at least a moment, so a
+            # server that answers at once is never refused for want of time).
+            attempt = max(0.1, min(10.0, deadline - clock()))
             try:
-                with Client.connect(address, timeout=min(10.0, max(timeout, 0.1))):
+                with Client.connect(address, timeout=attempt):
                     pass
             except (ConnectionLost, OSError) as exc:
                 errors[address] = exc
         waiting = list(errors)
         if not waiting:
             return
-        if time.monotonic() >= deadline:
+        if clock() >= deadline:
             names = ", ".join(waiting)
             raise DrainError(
                 f"cannot reach beanstalkd at {names}{where} for {timeout:.0f}s "
                 f"(--connect-timeout): {errors[waiting[0]]}"
             ) from errors[waiting[0]]
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        sleep(min(1.0, max(0.0, deadline - clock())))
 
 
 def wait_for_server(address: str, timeout: float, where: str = "") -> None:

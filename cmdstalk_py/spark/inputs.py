@@ -11,11 +11,10 @@ write would leave the rows before it enqueued.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from typing import TYPE_CHECKING
-
-from cmdstalk_py.spark.datasource import OVERRIDES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +36,9 @@ class InputError(ValueError):
 def read_jobs(spark: SparkSession, path: str, fmt: str, body_column: str) -> DataFrame:
     """The input as ``body`` plus the override columns it has (CSV overrides cast to
     integers); ``InputError`` when it cannot be read or is malformed."""
+    # Imported here: ``preflight`` uses ``csv_problem`` before Spark starts, and the data
+    # source module imports pyspark.
+    from cmdstalk_py.spark.datasource import OVERRIDES
     from cmdstalk_py.spark.errors import cause_line
 
     reader = spark.read
@@ -72,13 +74,20 @@ def _check_parses(spark: SparkSession, path: str) -> None:
         raise InputError(f"malformed CSV: {problems[0]}")
 
 
-def csv_problem(name: str, data: bytes) -> str:
-    """What makes ``data`` not RFC 4180 CSV with a header line ('' when nothing does)."""
+def csv_problem(name: str, data: bytes, complete: bool = True) -> str:
+    """What makes ``data`` not RFC 4180 CSV with a header line ('' when nothing does).
+
+    ``complete`` false: ``data`` is the start of a longer file, so its last line may be cut
+    short (in a multi-byte character, a row, or a quoted field): that line is not judged,
+    nor a quote still open at the end (it may close past the part read)."""
     try:
-        text = data.decode("utf-8-sig")
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(data, final=complete)
     except UnicodeDecodeError as exc:
         return f"{name}: not UTF-8 ({exc})"
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    if not complete:
+        text = text[: text.rfind("\n") + 1]
+    lines = _Lines(text)
+    reader = csv.reader(lines, strict=True)
     width = None
     try:
         for row in reader:
@@ -91,5 +100,25 @@ def csv_problem(name: str, data: bytes) -> str:
                     f"{name} line {reader.line_num}: {len(row)} fields where the header has {width}"
                 )
     except csv.Error as exc:
+        if not complete and lines.ended:
+            return ""  # a quoted field that goes on past the part read
         return f"{name} line {reader.line_num}: {exc}"
     return ""
+
+
+class _Lines:
+    """The lines of ``text`` for ``csv.reader``, knowing whether they have run out."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = iter(io.StringIO(text, newline=""))
+        self.ended = False
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._lines)
+        except StopIteration:
+            self.ended = True
+            raise

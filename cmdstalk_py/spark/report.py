@@ -13,7 +13,7 @@ add up to 1. Durations and queue ages are ``percentile_approx`` with accuracy
 
 from __future__ import annotations
 
-import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window as SparkWindow
 
 from cmdstalk_py.spark import eventlog as ev
+from cmdstalk_py.spark.windowsize import WindowSize as WindowSize
+from cmdstalk_py.spark.windowsize import parse_window as parse_window
+from cmdstalk_py.spark.windowsize import window_for_span
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,26 +34,6 @@ if TYPE_CHECKING:
 
 PERCENTILE_ACCURACY = 10_000
 TOP_FAILURES = 3
-_UNITS = {"s": (1, "seconds"), "m": (60, "minutes"), "h": (3600, "hours"), "d": (86400, "days")}
-
-
-@dataclass(frozen=True)
-class WindowSize:
-    """A report window: its length in seconds, as a Spark interval string, and as given."""
-
-    seconds: int
-    interval: str
-    label: str
-
-
-def parse_window(text: str) -> WindowSize:
-    """``"90s"``, ``"15m"``, ``"1h"``, ``"1d"`` → WindowSize; ValueError otherwise."""
-    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text.lower())
-    if not match or int(match.group(1)) == 0:
-        raise ValueError(f"bad window {text!r}: use a positive number and s/m/h/d, e.g. 1h")
-    n, unit = int(match.group(1)), match.group(2)
-    factor, name = _UNITS[unit]
-    return WindowSize(n * factor, f"{n} {name}", f"{n}{unit}")
 
 
 def _count(cond: Column) -> Column:
@@ -195,6 +178,7 @@ class ReportFiles:
     rejected: int
     tubes: int
     windows: int
+    window: WindowSize
     html: Path
     summary_csv: Path
     tubes_csv: Path
@@ -230,7 +214,7 @@ def build_report(
     spark: SparkSession,
     events_paths: str | list[str],
     out: str | Path,
-    window: WindowSize,
+    window: WindowSize | None = None,
     progress: Progress | None = None,
 ) -> ReportFiles:
     """Read the event logs, compute the metrics, write every output under ``out``.
@@ -238,7 +222,8 @@ def build_report(
     ``out/events`` and ``out/windows`` are Parquet datasets partitioned by ``tube`` and
     ``date`` (replaced if present), ``summary.csv`` has one line per tube and window,
     ``tubes.csv`` one per tube, and ``report.html`` shows both with a chart per tube
-    (inline SVG; the same charts as PNG files in ``charts/``).
+    (inline SVG; the same charts as PNG files in ``charts/``, replaced whole). ``window``
+    None: the length ``windowsize.window_for_span`` picks for the log's span.
     """
     from cmdstalk_py.spark.charts import write_html
 
@@ -249,9 +234,12 @@ def build_report(
     say(f"reading event logs {events_paths}")
     log = ev.read_events(spark, events_paths)
     events, rejected = log.events, log.rejected
-    n_events = events.count()
+    n_events, span = _count_and_span(events)
     n_rejected = rejected.count()
     say(f"{n_events} events, {n_rejected} lines rejected")
+    if window is None:
+        window = window_for_span(span)
+        say(f"{window.label} windows for the log's {span:,.0f}s span (--window sets one)")
     say("writing events Parquet (partitioned by tube, date)")
     events.write.mode("overwrite").partitionBy("tube", "date").parquet(str(out_dir / "events"))
     check_visible(out_dir / "events", n_events)
@@ -266,6 +254,8 @@ def build_report(
     windows_pdf.to_csv(summary_csv, index=False)
     totals_pdf.to_csv(tubes_csv, index=False)
     say("drawing charts and writing report.html")
+    # An earlier report's charts go: a tube it had and this log has not keeps no PNG.
+    shutil.rmtree(out_dir / "charts", ignore_errors=True)
     html = write_html(
         out_dir,
         windows_pdf,
@@ -286,7 +276,20 @@ def build_report(
         rejected=n_rejected,
         tubes=len(totals_pdf),
         windows=len(windows_pdf),
+        window=window,
         html=html,
         summary_csv=summary_csv,
         tubes_csv=tubes_csv,
     )
+
+
+def _count_and_span(events: DataFrame) -> tuple[int, float]:
+    """The number of events and the seconds from the first start to the last end (0 for
+    none), in one pass."""
+    row = events.agg(
+        F.count(F.lit(1)).alias("n"),
+        (F.unix_micros(F.max("end_ts")) - F.unix_micros(F.min("start_ts"))).alias("span"),
+    ).first()
+    if row is None or not row["n"]:
+        return 0, 0.0
+    return int(row["n"]), max(0.0, float(row["span"] or 0) / 1e6)

@@ -7,6 +7,9 @@ small listener on the driver (:class:`ResultServer`, on the driver's Spark addre
 appends it to the event log at once. The first line of a connection is a per-drain
 random token (shipped in the task closure) and the task's partition and attempt number,
 so nothing else can write into the log, and a task Spark had to run again is counted.
+The brokers' warnings travel the same way, as ``log`` lines (``LOG_PREFIX`` and the
+JSON-encoded text: never a JSON object, so never taken for an event), for the driver to
+print: an executor's stderr is a file on its machine.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import socket
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+
+#: What starts a log line on the wire (an event line starts with ``{``).
+LOG_PREFIX = b"log "
 
 
 class ResultServer:
@@ -88,8 +94,19 @@ class ResultStream:
         with self._lock:
             self._sock.sendall(line)
 
+    def send_log(self, text: str) -> None:
+        """Send one log message (it may span lines: it arrives as one)."""
+        self.send(LOG_PREFIX + json.dumps(text).encode() + b"\n")
+
     def close(self) -> None:
         self._sock.close()
+
+
+def log_text(line: bytes) -> str | None:
+    """The message of a log line; None for an event line."""
+    if not line.startswith(LOG_PREFIX):
+        return None
+    return str(json.loads(line[len(LOG_PREFIX) :]))
 
 
 def line_fields(line: bytes) -> tuple[str, str, int | None, str]:

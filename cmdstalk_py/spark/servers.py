@@ -10,6 +10,7 @@ server as its lost attempt, and a possible duplicate stays on one server.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from cmdstalk_py.client.errors import ConnectionLost
 from cmdstalk_py.client.names import DEFAULT_PORT, format_address, parse_address
@@ -62,13 +63,19 @@ def server_for(servers: Sequence[str], partition: int) -> str:
 
 
 def check_servers(servers: Sequence[str], timeout: float = 5.0) -> None:
-    """Connect once to each server; ServerUnreachable naming every one that did not answer."""
-    down: dict[str, str] = {}
-    for address in servers:
-        try:
-            with Client.connect(address, timeout=timeout):
-                pass
-        except (ConnectionLost, OSError) as exc:
-            down[address] = str(exc)
+    """Connect once to each server, all at once (a list of silent hosts waits no longer
+    than one); ServerUnreachable naming every one that did not answer within ``timeout``."""
+    with ThreadPoolExecutor(max_workers=min(len(servers), 16) or 1) as pool:
+        problems = list(pool.map(lambda address: _problem(address, timeout), servers))
+    down = {address: p for address, p in zip(servers, problems, strict=True) if p}
     if down:
         raise ServerUnreachable(list(down), "; ".join(down.values()))
+
+
+def _problem(address: str, timeout: float) -> str:
+    """Why ``address`` does not accept a connection ('' when it does)."""
+    try:
+        with Client.connect(address, timeout=timeout):
+            return ""
+    except (ConnectionLost, OSError) as exc:
+        return str(exc)

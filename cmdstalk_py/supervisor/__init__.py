@@ -11,7 +11,11 @@ Modules, from the command line inwards:
   ``goflags`` rewrites Go cmdstalk's spellings (``-all -per-tube=6``) before click parses.
 - ``configmode``: ``--config FILE [--check]``: refuse pool flags beside it, print or run.
 - ``poolfile``: the TOML config file → one ``Config`` per pool, each key checked by its
-  flag's own type; one error line naming the file and the key.
+  flag's own type; one error line naming the file and the key. ``fileread`` reads the file
+  (one regular file, links resolved once, bounded, never blocking: SIGHUP reads it from
+  the main loop); ``tomlread``: its bytes → TOML tables in bounded time (UTF-8, nesting,
+  key depth); ``overlaps``: two pools serving one tube on one server; ``keytext``: a key
+  or a value as an error line or ``--check`` shows it (TOML form, escapes escaped).
 - ``config``: ``Config``, the one frozen value every part takes, its defaults and parsers.
 - ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
 - ``wiring``: ``run_supervisor``: logging, observers, ``--embedded``, then the lifecycle.

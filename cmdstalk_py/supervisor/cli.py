@@ -37,12 +37,12 @@ from cmdstalk_py.supervisor.config import (
     validate_cmd,
 )
 from cmdstalk_py.supervisor.embedflags import embedded_options
+from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.fateflags import fate_options
 from cmdstalk_py.supervisor.flagkit import option as _option
 from cmdstalk_py.supervisor.flagkit import parsed as _parsed
 from cmdstalk_py.supervisor.opsflags import http_options, log_options
 from cmdstalk_py.supervisor.poolflags import check_workers, config_options, pool_options
-from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
 
 
 def _cmd_unless_config(ctx: click.Context, param: click.Parameter, value: Any) -> str | None:
@@ -247,6 +247,8 @@ def command(**params: Any) -> None:
         sys.exit(configmode.run(params["config_file"], params["check"], extras, supervisor))
     if params["cmd"] is None:  # _cmd_unless_config already said so; this tells mypy
         raise click.MissingParameter(param_hint="'--cmd'", param_type="option")
+    from cmdstalk_py.supervisor.wiring import run_supervisor  # what runs: only now
+
     sys.exit(run_supervisor(_config(params), extras))
 
 

@@ -177,7 +177,10 @@ def _field(name: str, tube: str | None = None) -> Iterator[None]:
 
 def is_glob(name: str) -> bool:
     """A ``tubes`` entry with ``*``, ``?`` or ``[`` is a pattern (tube names have none)."""
-    return any(c in name for c in "*?[")
+    return _WILDCARD.search(name) is not None
+
+
+_WILDCARD = re.compile(r"[*?[]")
 
 
 def validate_tube_or_glob(name: str) -> str:
@@ -269,14 +272,23 @@ def parse_shell(text: str) -> tuple[str, ...]:
         raise ValueError(f"malformed shell {text!r}: {e}") from None
     if not words:
         raise ValueError("the shell must not be empty")
-    return words
+    return no_nul(words, "the shell")
 
 
 def validate_cmd(cmd: str) -> str:
     """The job command must contain something to run."""
     if not cmd.strip():
         raise ValueError("the command must not be empty")
+    no_nul((cmd,), "the command")
     return cmd
+
+
+def no_nul(words: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """``words`` unless one holds a NUL: the operating system ends an argument there, so no
+    job could ever start (a config file can hold one; a command line cannot)."""
+    if any("\0" in word for word in words):
+        raise ValueError(f"{what} contains a NUL character (\\u0000): the system cannot take it")
+    return words
 
 
 def parse_addresses(text: str) -> tuple[tuple[str, int], ...]:

@@ -1,9 +1,11 @@
 """``cmdstalk --config FILE [--check]``: load the pools, print them or run them.
 
-The command line hands over here once ``--config`` is given: pool options given as flags or
-``CMDSTALK_*`` are refused (they would be silently ignored), the supervisor-wide flags
-(``--max-jobs``, ``--shutdown-timeout``, ``--batch-scheduling``) apply to every pool, and a
-bad file is one ``Error:`` line naming the file and the key, exit status 2.
+The command line hands over here once ``--config`` is given: the file sets every pool
+option, so a pool option given as a flag is refused (it would be silently ignored) and one
+from a ``CMDSTALK_*`` variable is ignored (``flagkit``: the shell may export it for
+``cmdstalk-ctl``; ``--check`` lists it); the supervisor-wide flags (``--max-jobs``,
+``--shutdown-timeout``, ``--batch-scheduling``) apply to every pool, and a bad file is one
+``Error:`` line naming the file and the key, exit status 2.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.supervisor.config import Config
-from cmdstalk_py.supervisor.wiring import Extras, run_supervisor
+from cmdstalk_py.supervisor.extras import Extras
+from cmdstalk_py.supervisor.flagkit import ignored_envvars
+from cmdstalk_py.supervisor.keytext import printable
 
 
 def run(path: Path | None, check: bool, extras: Extras, supervisor: dict[str, Any]) -> int:
@@ -37,12 +42,17 @@ def run(path: Path | None, check: bool, extras: Extras, supervisor: dict[str, An
     pools = tuple(dataclasses.replace(pool, **supervisor) for pool in pools)
     if check:
         click.echo(f"{path}: {len(pools)} pool{'s' if len(pools) > 1 else ''}, valid")
+        ignored = ignored_envvars(click.get_current_context())
+        if ignored:
+            click.echo(f"ignored (the file sets pool options): {', '.join(ignored)}")
         click.echo(describe(pools))
         return 0
 
     def reload() -> tuple[Config, ...]:
         """SIGHUP: the file again, with the same supervisor-wide flags (raises when bad)."""
         return tuple(dataclasses.replace(p, **supervisor) for p in poolfile.load_pools(path))
+
+    from cmdstalk_py.supervisor.wiring import run_supervisor  # what runs: only now
 
     return run_supervisor(pools, dataclasses.replace(extras, reload=reload))
 
@@ -54,13 +64,11 @@ def _refuse(message: str) -> NoReturn:
 
 def _reject_pool_flags(flags: dict[str, click.Option]) -> None:
     ctx = click.get_current_context()
-    given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
     address = [p for p in ctx.command.params if p.name == "address"]
     for key, flag in {"address": address[0], **flags}.items():
-        if flag.name and ctx.get_parameter_source(flag.name) in given:
-            env = f" (or {flag.envvar})" if isinstance(flag, click.Option) and flag.envvar else ""
+        if flag.name and ctx.get_parameter_source(flag.name) is ParameterSource.COMMANDLINE:
             raise click.UsageError(
-                f"{flag.opts[-1]}{env} is a pool option: with --config, set {key} in the file"
+                f"{flag.opts[-1]} is a pool option: with --config, set {key} in the file"
             )
 
 
@@ -92,7 +100,10 @@ def _describe_pool(c: Config, names: dict[str, str], keys: frozenset[str]) -> st
         if f.name not in _HIDDEN and key in keys:  # what the file can set, resolved
             rows.append((key, _show(getattr(c, f.name))))
     width = max(len(k) for k, _ in rows)
-    return "\n".join([f"[pools.{c.pool}]", *(f"  {k:<{width}}  {v}" for k, v in rows)])
+    # A command or an env value may hold a line break or an escape sequence: shown escaped,
+    # one row each, never acted on by the terminal.
+    lines = (f"  {k:<{width}}  {printable(v)}" for k, v in rows)
+    return "\n".join([f"[pools.{c.pool}]", *lines])
 
 
 def _show(value: Any) -> str:

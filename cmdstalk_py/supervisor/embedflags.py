@@ -1,6 +1,6 @@
 """``cmdstalk --embedded``: the bundled server in-process, and its binlog options.
 
-They wire a server beside the supervisor (``wiring.Extras``), so no pool or config file
+They wire a server beside the supervisor (``extras.Extras``), so no pool or config file
 key carries them.
 """
 

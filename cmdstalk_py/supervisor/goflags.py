@@ -2,17 +2,23 @@
 
 Go's flag package accepts one or two dashes for every flag, ``=value`` or a separate value,
 and ``-flag=true|false`` for booleans. Click wants ``--long`` names, so before click parses,
-long options we know that were written with one dash get a second one, and booleans with a
-value become ``--flag`` / ``--no-flag``. Everything else passes through untouched: values
-(even ones starting with a dash), short options such as ``-h``, and all after ``--``.
+long options written with one dash get a second one, and booleans with a value become
+``--flag`` / ``--no-flag``. A misspelt long option gets its second dash too (``cmdstalk``'s
+only short option is ``-h``, so ``-addres`` is no cluster of ``-a -d ...``): click then
+names it and suggests the option meant (``Did you mean '--address'?``). Everything else
+passes through untouched: values (even ones starting with a dash), short options such as
+``-h``, and all after ``--``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 _TRUE = {"1", "t", "true", "y", "yes", "on"}
 _FALSE = {"0", "f", "false", "n", "no", "off"}
+# A long option's name (known or misspelt); not a negative number such as -1.
+_LONG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]+")
 
 
 def normalize(
@@ -38,7 +44,7 @@ def normalize(
             break
         if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2:
             name = arg[1:].partition("=")[0]
-            if name in known:
+            if name in known or _LONG_NAME.fullmatch(name):
                 arg = "-" + arg
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")

@@ -1,6 +1,6 @@
 """``cmdstalk``'s operator options: logging, the event log, metrics, the dashboard.
 
-Supervisor-wide (``wiring.Extras``): a config file's pools share them, so they stay flags.
+Supervisor-wide (``extras.Extras``): a config file's pools share them, so they stay flags.
 Two decorators, because ``--help`` lists the pool options between them.
 """
 

@@ -11,7 +11,9 @@ Supervisor-wide options (logging, event log, metrics, ``--max-jobs``,
 ``--shutdown-timeout``, ``--embedded``) stay on the command line.
 
 Any error is one ``PoolFileError`` line naming the file, the key and what is wrong: an
-unknown key is an error, so a typo is never silently ignored.
+unknown key is an error, so a typo is never silently ignored. The bytes come from
+``fileread`` (one regular file, bounded, never blocking) through ``tomlread`` (bounded
+time); names in messages are written by ``keytext`` (escaped, never raw).
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import click
 
-from cmdstalk_py.supervisor import cli
+from cmdstalk_py.supervisor import cli, tomlread
 from cmdstalk_py.supervisor.config import (
     SUPERVISOR_FIELDS,
     Config,
@@ -36,11 +37,15 @@ from cmdstalk_py.supervisor.config import (
     check_rate,
     default_burst,
     is_glob,
+    no_nul,
     parse_address,
     validate_tube,
     validate_tube_or_glob,
 )
 from cmdstalk_py.supervisor.config import parse_rate as parse_rate_text
+from cmdstalk_py.supervisor.fileread import FileReadError, read_regular
+from cmdstalk_py.supervisor.keytext import clip, join_key, printable
+from cmdstalk_py.supervisor.overlaps import first_overlap
 
 # File keys spelled unlike their flag's parameter name (limits and rates: tables, below).
 FILE_KEYS = {"all_tubes": "all", "cmd": "command", "tube_limits": "limits", "tube_rates": "rates"}
@@ -60,7 +65,8 @@ class PoolFileError(ValueError):
 
     def __init__(self, path: Path | str, key: str, what: str) -> None:
         self.path, self.key, self.what = str(path), key, what
-        super().__init__(f"{path}: {key}: {what}" if key else f"{path}: {what}")
+        line = f"{path}: {key}: {what}" if key else f"{path}: {what}"
+        super().__init__(printable(line))  # one line, whatever the file or its name hold
 
 
 class _Bad(ValueError):
@@ -87,24 +93,33 @@ def pool_keys() -> frozenset[str]:
 
 
 def load_pools(path: Path) -> tuple[Config, ...]:
-    """Read ``path`` (TOML) into one ``Config`` per pool; PoolFileError when it is unusable."""
+    """Read ``path`` (TOML) into one ``Config`` per pool; PoolFileError when it is unusable.
+
+    Never blocks and never reads without bound (``fileread``): SIGHUP calls this from the
+    loop that also acts on SIGTERM."""
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise PoolFileError(path, "", e.strerror or str(e)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise PoolFileError(path, "", f"not valid TOML: {e}") from None
+        read = read_regular(path)
+    except FileReadError as e:
+        raise PoolFileError(path, "", str(e)) from None
+    data = _toml(path, read.data)
     try:
-        configs = _pools(data, Path(path).resolve().parent)
-        _check_overlaps(configs)
+        configs = _pools(data, read.path.parent)
+        check_overlaps(configs)
     except _Bad as e:
         raise PoolFileError(path, e.key, e.what) from None
     return configs
 
 
+def _toml(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        return tomlread.parse(raw)
+    except ValueError as e:
+        raise PoolFileError(path, "", str(e)) from None
+
+
 def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
-    keys = pool_keys()
+    flags = pool_flags()  # once per file: a file may hold thousands of pools
+    keys = frozenset(flags) | _SPECIAL
     defaults = {k: v for k, v in data.items() if k != "pools"}
     _known(defaults, keys, "")
     pools = data.get("pools")
@@ -115,13 +130,13 @@ def _pools(data: dict[str, Any], base: Path) -> tuple[Config, ...]:
         raise _Bad("pools", "no pools: add a [pools.NAME] table")
     configs: list[Config] = []
     for name, table in pools.items():
-        where = f"pools.{name}"
+        where = join_key("pools", name)
         _expect(table, dict, where, "a table")
         _known(table, keys, where)
         _pool_name(name, where)
         merged = _inherit(defaults, table, where)
         try:
-            configs.append(_pool(name, merged, base))
+            configs.append(_pool(name, merged, base, flags))
         except _Bad as e:
             raise _where_written(e, where, table, defaults) from None
     return tuple(configs)
@@ -144,7 +159,7 @@ def _known(table: Mapping[str, Any], keys: frozenset[str], where: str) -> None:
         hint = ""
         if any(p.name == key for p in cli.command.params):
             hint = f": --{key.replace('_', '-')} is a command-line flag, not a file key"
-        raise _Bad(_join(where, key), f"unknown key{hint}")
+        raise _Bad(join_key(where, key), f"unknown key{hint}")
 
 
 def _inherit(defaults: dict[str, Any], table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -168,27 +183,28 @@ def _inherit(defaults: dict[str, Any], table: dict[str, Any], where: str) -> dic
     return merged
 
 
-def _pool(name: str, table: dict[str, Any], base: Path) -> Config:
-    where = f"pools.{name}"
-    flags = pool_flags()
+def _pool(
+    name: str, table: dict[str, Any], base: Path, flags: dict[str, click.Option]
+) -> Config:
+    where = join_key("pools", name)
     kwargs: dict[str, Any] = {"pool": name}
     for key, value in table.items():
         if key not in _SPECIAL:
-            kwargs[flags[key].name or key] = _flag_value(flags[key], value, _join(where, key))
+            kwargs[flags[key].name or key] = _flag_value(flags[key], value, join_key(where, key))
     if "command" not in table:
-        raise _Bad(_join(where, "command"), "missing: each pool needs a command to run")
+        raise _Bad(join_key(where, "command"), "missing: each pool needs a command to run")
     kwargs.update(_tubes(table, where))
-    kwargs.update(_address(table.get("address"), _join(where, "address")))
+    kwargs.update(_address(table.get("address"), join_key(where, "address")))
     if "workers" in table:
         kwargs["workers"] = _flag_value(
-            flags.get("workers", flags["per_tube"]), table["workers"], _join(where, "workers")
+            flags.get("workers", flags["per_tube"]), table["workers"], join_key(where, "workers")
         )
     if "cwd" in table:
-        kwargs["cwd"] = _cwd(table["cwd"], base, _join(where, "cwd"))
-    kwargs["env"] = _env(table.get("env", {}), _join(where, "env"))
-    served = (kwargs.get("all_tubes", False), kwargs.get("tubes", ()))
-    kwargs["tube_limits"] = _limits(table.get("limits", {}), served, _join(where, "limits"))
-    kwargs["tube_rates"] = _rates(table.get("rates", {}), served, _join(where, "rates"))
+        kwargs["cwd"] = _cwd(table["cwd"], base, join_key(where, "cwd"))
+    kwargs["env"] = _env(table.get("env", {}), join_key(where, "env"))
+    served = _Served.of(kwargs.get("all_tubes", False), kwargs.get("tubes", ()))
+    kwargs["tube_limits"] = _limits(table.get("limits", {}), served, join_key(where, "limits"))
+    kwargs["tube_rates"] = _rates(table.get("rates", {}), served, join_key(where, "rates"))
     try:
         return Config(**kwargs)
     except ValueError as e:
@@ -223,17 +239,13 @@ def _flag_input(flag: click.Option, raw: Any, where: str) -> Any:
 def _expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
     # TOML booleans are Python ints: `workers = true` must not mean one worker.
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise _Bad(where, f"expected {what}, got {_toml_type(value)} {value!r}")
+        raise _Bad(where, f"expected {what}, got {_toml_type(value)} {clip(repr(value))}")
     return value
 
 
 def _toml_type(value: Any) -> str:
     names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
     return "table" if isinstance(value, dict) else names.get(type(value), type(value).__name__)
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
 
 
 def _pool_name(name: str, where: str) -> None:
@@ -246,15 +258,15 @@ def _pool_name(name: str, where: str) -> None:
 
 def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
     if "all" in table:
-        return {"all_tubes": _expect(table["all"], bool, _join(where, "all"), "true or false")}
+        return {"all_tubes": _expect(table["all"], bool, join_key(where, "all"), "true or false")}
     if "tubes" not in table:
         return {}
-    key = _join(where, "tubes")
+    key = join_key(where, "tubes")
     raw = table["tubes"]
     entries = [raw] if isinstance(raw, str) else _expect(raw, list, key, "a list or a string")
     if not entries:
         raise _Bad(key, "empty: list at least one tube, or \"*\" for every tube")
-    tubes: list[str] = []
+    tubes: dict[str, None] = {}  # in order; a dict, so that a long list checks in linear time
     for entry in entries:
         _expect(entry, str, key, "a list of strings")
         if entry == "*":
@@ -262,7 +274,7 @@ def _tubes(table: dict[str, Any], where: str) -> dict[str, Any]:
         _check_tube(entry, key)
         if entry in tubes:
             raise _Bad(key, f"tube {entry!r} listed twice")
-        tubes.append(entry)
+        tubes[entry] = None
     return {"tubes": tuple(tubes)}
 
 
@@ -277,23 +289,25 @@ def _address(raw: Any, key: str) -> dict[str, Any]:
     if raw is None:
         return {}
     items = raw.split(",") if isinstance(raw, str) else _expect(raw, list, key, "a list")
-    servers: list[tuple[str, int]] = []
+    servers: dict[tuple[str, int], None] = {}
     for item in items:
         try:
-            server = parse_address(_expect(item, str, key, "host:port strings"))
+            text = _no_nul(_expect(item, str, key, "host:port strings"), key, "the address")
+            server = parse_address(text)
         except ValueError as e:
             raise _Bad(key, str(e)) from None
         if server in servers:
             raise _Bad(key, f"{item.strip()!r} listed twice")
-        servers.append(server)
+        servers[server] = None
     if not servers:
         raise _Bad(key, "empty: give at least one host:port")
-    host, port = servers[0]
+    host, port = next(iter(servers))
     return {"host": host, "port": port, "servers": tuple(servers) if len(servers) > 1 else ()}
 
 
 def _cwd(raw: Any, base: Path, key: str) -> str:
-    path = base / Path(_expect(raw, str, key, "a directory path")).expanduser()
+    text = _no_nul(_expect(raw, str, key, "a directory path"), key, "the directory")
+    path = base / Path(text).expanduser()
     if not path.is_dir():
         raise _Bad(key, f"{str(path)!r} is not a directory")
     return str(path)
@@ -303,19 +317,45 @@ def _env(raw: Any, key: str) -> tuple[tuple[str, str], ...]:
     table = _expect(raw, dict, key, "a table of NAME = \"value\"")
     for name, value in table.items():
         if not _ENV_NAME.fullmatch(name):
-            raise _Bad(_join(key, name), "not an environment variable name")
-        _expect(value, str, _join(key, name), "a string")
+            raise _Bad(join_key(key, name), "not an environment variable name")
+        _no_nul(_expect(value, str, join_key(key, name), "a string"), join_key(key, name))
     return tuple(table.items())
 
 
-_Served = tuple[bool, tuple[str, ...]]  # (all tubes, tubes or globs) of a pool
+def _no_nul(text: str, key: str, what: str = "the value") -> str:
+    """A NUL would end a path, a variable or an address where the system reads it:
+    --check says so, instead of every job or connection failing later."""
+    try:
+        no_nul((text,), what)
+    except ValueError as e:
+        raise _Bad(key, str(e)) from None
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """The tubes a pool serves, for its limits and rates to name: every one, or its names
+    (a set: a pool may list hundreds) and globs."""
+
+    all_tubes: bool
+    names: frozenset[str]
+    globs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, all_tubes: bool, tubes: tuple[str, ...]) -> _Served:
+        tubes = tubes or ("default",)
+        names = frozenset(t for t in tubes if not is_glob(t))
+        return cls(all_tubes, names, tuple(t for t in tubes if is_glob(t)))
+
+    def matches(self, tube: str) -> bool:
+        return any(fnmatch.fnmatchcase(tube, glob) for glob in self.globs)
 
 
 def _limits(raw: Any, served: _Served, key: str) -> tuple[tuple[str, int], ...]:
     table = _expect(raw, dict, key, "a table of TUBE = N")
     limits: list[tuple[str, int]] = []
     for tube, value in table.items():
-        where = _served_tube(tube, served, _join(key, tube))
+        where = _served_tube(tube, served, join_key(key, tube))
         count = _expect(value, int, where, "a whole number of running jobs")
         try:
             limits.append((tube, check_limit(count)))
@@ -328,7 +368,7 @@ def _rates(raw: Any, served: _Served, key: str) -> tuple[tuple[str, float, float
     table = _expect(raw, dict, key, "a table of TUBE = \"N/s\" or {rate = N, burst = B}")
     rates: list[tuple[str, float, float]] = []
     for tube, value in table.items():
-        where = _served_tube(tube, served, _join(key, tube))
+        where = _served_tube(tube, served, join_key(key, tube))
         rates.append((tube, *parse_rate(value, where)))
     return tuple(rates)
 
@@ -341,9 +381,9 @@ def parse_rate(value: Any, where: str = "rate") -> tuple[float, float]:
     if isinstance(value, dict):
         unknown = set(value) - {"rate", "burst"}
         if unknown:
-            raise _Bad(_join(where, sorted(unknown)[0]), "unknown key (rate, burst)")
+            raise _Bad(join_key(where, sorted(unknown)[0]), "unknown key (rate, burst)")
         if "rate" not in value:
-            raise _Bad(_join(where, "rate"), "missing")
+            raise _Bad(join_key(where, "rate"), "missing")
         value, burst = value["rate"], value.get("burst")
     try:
         if isinstance(value, str):
@@ -356,7 +396,7 @@ def parse_rate(value: Any, where: str = "rate") -> tuple[float, float]:
         raise _Bad(where, str(e)) from None
     if burst is None:
         return per_second, default
-    where = _join(where, "burst")
+    where = join_key(where, "burst")
     _expect(burst, int, where, "a whole number of starts")
     try:
         return per_second, check_burst(float(burst))
@@ -368,38 +408,17 @@ def _served_tube(tube: str, served: _Served, where: str) -> str:
     if is_glob(tube):
         raise _Bad(where, "a limit or rate names one tube, not a glob")
     _check_tube(tube, where)
-    all_tubes, tubes = served
-    if not all_tubes and not any(fnmatch.fnmatchcase(tube, t) for t in tubes or ("default",)):
+    if not (served.all_tubes or tube in served.names or served.matches(tube)):
         raise _Bad(where, f"{tube!r} is not one of the pool's tubes")
     return where
 
 
-def _servers(config: Config) -> set[tuple[str, int]]:
-    return set(config.servers) or {(config.host, config.port)}
-
-
-def _check_overlaps(configs: tuple[Config, ...]) -> None:
-    """Two pools serving one tube on one server would split its jobs between two commands."""
-    for i, a in enumerate(configs):
-        for b in configs[i + 1 :]:
-            if not _servers(a) & _servers(b):
-                continue
-            clash = _shared_tube(a, b)
-            if clash is not None:
-                raise _Bad(
-                    f"pools.{b.pool}.{'all' if b.all_tubes else 'tubes'}",
-                    f"{clash} is also served by pool {a.pool!r} on the same server",
-                )
-
-
-def _shared_tube(a: Config, b: Config) -> str | None:
-    if a.all_tubes or b.all_tubes:
-        return "every tube (all)"
-    for x in a.tubes:
-        for y in b.tubes:
-            # Two globs may or may not meet, depending on which tubes appear: allowed.
-            if x == y or (not is_glob(x) and fnmatch.fnmatchcase(x, y)) or (
-                not is_glob(y) and fnmatch.fnmatchcase(y, x)
-            ):
-                return f"tube {x if not is_glob(x) else y!r}"
-    return None
+def check_overlaps(configs: tuple[Config, ...]) -> None:
+    """_Bad naming the later pool when two pools serve one tube on one server."""
+    overlap = first_overlap(configs)
+    if overlap is not None:
+        later = overlap.later
+        raise _Bad(
+            join_key(join_key("pools", later.pool), "all" if later.all_tubes else "tubes"),
+            f"{overlap.what} is also served by pool {overlap.earlier.pool!r} on the same server",
+        )

@@ -60,8 +60,8 @@ config_options = stack(
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
             is_eager=True,  # before --cmd, which it makes optional
-            help="Run the pools of a TOML file; pool options then go in the file, not in "
-            "flags.",
+            help="Run the pools of a TOML file; pool options then go in the file: pool "
+            "flags are refused, their CMDSTALK_* variables ignored.",
         ),
         option(
             "--check/--no-check",

@@ -15,7 +15,6 @@ import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -28,29 +27,10 @@ from cmdstalk_py.ops.observers import Observers
 from cmdstalk_py.ops.systemd import SystemdNotifier
 from cmdstalk_py.process import set_child_subreaper, start_sentinel
 from cmdstalk_py.supervisor.config import Config
+from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.lifecycle import Supervisor
 
 log = logging.getLogger("cmdstalk")
-
-
-@dataclass(frozen=True)
-class Extras:
-    """Options that wire things around the supervisor rather than configure brokers."""
-
-    embedded: bool = False
-    embedded_max_job_size: int | None = None
-    binlog: str | None = None  # the embedded server's -b DIR
-    binlog_fsync_ms: int = 50  # -f MS
-    binlog_no_fsync: bool = False  # -F
-    binlog_size: int | None = None  # -s BYTES
-    log_format: str = "text"
-    log_level: str = "INFO"
-    events: str | None = None
-    metrics: str | None = None
-    # --config: what SIGHUP reads the pools from again (None: no reload)
-    reload: Callable[[], Sequence[Config]] | None = None
-    http: str | None = None  # the dashboard's HOST:PORT
-    http_token: str | None = None
 
 
 def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:

@@ -41,6 +41,21 @@ def test_put_one_job_per_line_of_a_file(beanstalk: BeanstalkServer, tmp_path: Pa
     assert beanstalk.client().stats_tube("mail")["current-jobs-delayed"] == 3
 
 
+def test_put_from_stdin_is_one_job_unless_lines(beanstalk: BeanstalkServer) -> None:
+    """All of stdin, byte for byte, is one job; --lines makes one job per line (blank ones
+    skipped, LF or CRLF removed), as --file - does."""
+    a = beanstalk.address
+    stdin = "one\ntwo\r\n\nthree"
+    whole = ctl(a, "put", "mail", stdin=stdin.encode())
+    assert whole.returncode == 0, whole.stderr
+    c = beanstalk.client()
+    assert c.peek(int(out(whole))).body == stdin
+    each = ctl(a, "put", "mail", "--lines", stdin=stdin.encode())
+    assert each.returncode == 0, each.stderr
+    assert [c.peek(int(i)).body for i in out(each).split()] == ["one", "two", "three"]
+    assert ctl(a, "put", "mail", "body", "--lines").returncode == 2
+
+
 def test_bodies_never_reach_the_terminal_raw(beanstalk: BeanstalkServer) -> None:
     a = beanstalk.address
     evil = int(out(ctl(a, "put", "t", stdin="\x1b]0;owned\x07\x1b[2Jtext\r\x9b".encode())))

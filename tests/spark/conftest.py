@@ -2,16 +2,36 @@
 
 Without the ``spark`` extra the tests that need the session skip (the fixture asks for
 pyspark); the modules that import pyarrow at their top skip themselves.
+
+A Spark test may pay for a JVM start (the session's, in whichever test asks first, or a
+command's own) on a machine whose cores are busy with other work: each gets
+``SPARK_TEST_TIMEOUT`` unless it sets a timeout of its own. Its waits have deadlines of
+their own, well inside that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.spark.cluster import Cluster, java_missing, standalone_cluster
+
+SPARK_TEST_TIMEOUT = 600
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The timeout of every Spark test here (``spark`` mark or session) without its own."""
+    for item in items:
+        if _HERE not in item.path.parents or item.get_closest_marker("timeout"):
+            continue
+        uses_spark = {"spark", "spark_cluster"} & set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("spark") or uses_spark:
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT))
+
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

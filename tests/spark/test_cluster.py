@@ -218,10 +218,10 @@ def _kill_mid_command(cluster: Cluster, runs: Path) -> set[int]:
         lines = runs.read_text().splitlines() if runs.exists() else []
         return set(fresh.values()) <= {int(line.split()[0]) for line in lines}
 
-    wait_until(recorded, 10, interval=0.01, message="the command's run recorded")
+    wait_until(recorded, 60, interval=0.01, message="the command's run recorded")
     os.kill(victim, signal.SIGKILL)
     # The broker's commands die with their executor instead of running on.
-    wait_until(lambda: not any(_alive(p) for p in fresh), 30, message="orphans")
+    wait_until(lambda: not any(_alive(p) for p in fresh), 120, message="orphans")
     return set(fresh.values())
 
 

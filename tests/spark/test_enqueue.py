@@ -169,10 +169,10 @@ def test_draining_server_fails_clearly(spark: SparkSession) -> None:
     try:
         # Answering, not only accepting: beanstalkd listens before it installs its signal
         # handlers, and a SIGUSR1 in between kills it (SIGUSR1's default action).
-        wait_until(lambda: accepts_connections("127.0.0.1", port) and bool(stats()), 10,
+        wait_until(lambda: accepts_connections("127.0.0.1", port) and bool(stats()), 60,
                    message="beanstalkd up")  # fmt: skip
         proc.send_signal(signal.SIGUSR1)  # beanstalkd enters drain mode: puts get DRAINING
-        wait_until(lambda: b"draining: true" in stats(), 10, message="drain mode")
+        wait_until(lambda: b"draining: true" in stats(), 60, message="drain mode")
         df = spark.createDataFrame([("a",)], "body string").coalesce(1)
         with pytest.raises(Exception) as info:
             enqueue(df, address=address)
@@ -202,7 +202,7 @@ def test_streaming_helper_enqueues_every_micro_batch(
         checkpoint_location=str(tmp_path / "ckpt"),
         available_now=True,
     )
-    query.awaitTermination(120)
+    assert query.awaitTermination(300), "the query did not process the three files"
     assert query.exception() is None
     assert len(query.recentProgress) == 3  # one micro-batch per file
     got = drain_tube(beanstalk.address, "stream")
@@ -284,10 +284,14 @@ def test_cli_enqueue_refuses_malformed_csv_before_any_job(
     spark: SparkSession, beanstalk: BeanstalkServer, tmp_path: Path
 ) -> None:
     from cmdstalk_py.spark.cli import main
+    from cmdstalk_py.spark.preflight import CHUNK_BYTES
 
+    # Past the part read before Spark starts (see test_preflight): Spark's own check,
+    # which reads every byte, refuses them before any job is put.
+    fine = "body,priority\n" + "a fine row,1\n" * (CHUNK_BYTES // 10)
     for name, text in {
-        "unterminated.csv": 'body\nfirst\n"never closed\nlast\n',
-        "extra-field.csv": "body,priority\nfirst,1\nsecond,2,surplus\n",
+        "unterminated.csv": fine + '"never closed,2\nlast,3\n',
+        "extra-field.csv": fine + "second,2,surplus\n",
     }.items():
         path = tmp_path / name
         path.write_text(text)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 # The CLI as installed, with pyspark made unimportable (what a missing extra looks like).
 WITHOUT_PYSPARK = (
-    "import sys; sys.modules['pyspark'] = None; "
-    "from cmdstalk_py.spark.cli import main; main()"
+    "import sys; sys.modules['pyspark'] = None; from cmdstalk_py.spark.cli import main; main()"
 )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -183,7 +182,6 @@ def test_error_after_the_first_window_fails_at_once_naming_the_row() -> None:
     # window. The putter must not wait for replies to requests it never sent.
     with running_beanstalkd("-z", "1") as server:
         bodies = [b"x"] * 300 + [b"too big"] + [b"x"] * 700
-        started = time.monotonic()
         with (
             Putter(
                 server.address, tube="w", partition=3, budget=MAX_PUT_REPLY * 20, timeout=20
@@ -192,10 +190,9 @@ def test_error_after_the_first_window_fails_at_once_naming_the_row() -> None:
         ):
             put.put_batch(bodies)
             put.finish()
-        elapsed = time.monotonic() - started
         err = info.value
+        # Waiting for replies never due would end in the socket's timeout: CONNECTION_LOST.
         assert (err.reply, err.partition, err.row) == ("JOB_TOO_BIG", 3, 300), str(err)
-        assert elapsed < 10, f"took {elapsed:.1f}s: waited for replies never due"
         assert "partition 3" in str(err) and "row 300" in str(err)
         # What the error counts as enqueued is what the server holds.
         held = server.client().stats_tube("w")["current-jobs-ready"]

@@ -251,6 +251,35 @@ def test_a_short_log_reads_well(spark: SparkSession, tmp_path: Path) -> None:
         assert sum(w * 7.5 + 14 for w in widths) < 1400 - 64, (header, widths)
 
 
+def test_cli_report_windows_follow_the_log_and_out_is_kept(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from cmdstalk_py.spark.cli import main
+
+    # A 14 s drain: at the old fixed 1 h it was one bar; from its span, 1 s windows.
+    jobs = [result("quick", i, T10 + i * 0.5, 100, Outcome.DELETED, exit_code=0) for i in range(28)]
+    log = tmp_path / "drain.jsonl"
+    log.write_bytes(b"".join(encode_line(event_record(r, "h", 1)) for r in jobs))
+    out = tmp_path / "out"
+    args = ["report", "--events", str(log), "--out", str(out)]
+    run = CliRunner().invoke(main, args)
+    assert run.exit_code == 0, run.output
+    assert "14 windows of 1s (from the log's span)" in run.output, run.output
+    assert len(pd.read_csv(out / "summary.csv")) == 14
+    assert "(1s windows)" in (out / "report.html").read_text()
+    # Run again into the same OUT: refused, the report left as it was.
+    (out / "charts" / "999-old-tube.png").write_bytes(b"a tube this log has not")
+    again = CliRunner().invoke(main, [*args, "--window", "1h"])
+    assert again.exit_code == 1 and "--overwrite" in again.output, again.output
+    assert len(pd.read_csv(out / "summary.csv")) == 14
+    # --overwrite replaces the report, charts and all; --window is the length asked for.
+    again = CliRunner().invoke(main, [*args, "--window", "1h", "--overwrite"])
+    assert again.exit_code == 0, again.output
+    assert "1 window of 1h\n" in again.output, again.output
+    assert len(pd.read_csv(out / "summary.csv")) == 1
+    assert [p.name for p in (out / "charts").iterdir()] == ["000-quick.png"]
+
+
 def test_a_tube_name_is_text_in_the_page_and_its_charts(tmp_path: Path) -> None:
     """Tube names come from producers: in the inline SVG and the HTML they stay text."""
     from cmdstalk_py.spark.charts import write_html

@@ -68,6 +68,38 @@ def test_go_boolean_values_and_dash_values() -> None:
     assert normalize_args(["-h"]) == ["-h"]
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["-addres=127.0.0.1:11300", "-cmd=cat"],
+         "No such option '--addres'. Did you mean '--address'?"),
+        (["-cmd", "cat", "-per-tub", "3"],
+         "No such option '--per-tub'. (Did you mean one of: '--per-tube',"),
+        (["-cmd=cat", "-tubez=a"], "No such option '--tubez'. (Did you mean one of:"),
+    ],
+)
+def test_a_misspelt_go_option_is_named_with_the_option_meant(
+    args: list[str], said: str
+) -> None:
+    with pytest.raises(click.NoSuchOption) as info:
+        parse(args)
+    assert info.value.format_message().startswith(said)
+
+
+def test_a_dash_number_and_a_short_option_are_not_long_options() -> None:
+    assert normalize_args(["-1", "-h", "-x"]) == ["-1", "-h", "-x"]
+
+
+def test_a_misspelt_go_option_on_the_real_command_is_one_error_and_exit_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmdstalk_py", "-addres=127.0.0.1:11300", "-cmd=cat"],
+        capture_output=True, text=True, timeout=60, env=cmdstalk_env(),
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == ["Error: No such option '--addres'. Did you mean '--address'?"]
+
+
 def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {
         "CMDSTALK_ADDRESS": "h:1",
@@ -100,7 +132,6 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_METRICS": "127.0.0.1:9100",
         "CMDSTALK_HTTP": ":8080",
         "CMDSTALK_HTTP_TOKEN": "secret",
-        "CMDSTALK_CONFIG": "/etc/cmdstalk/pools.toml",
         "CMDSTALK_CHECK": "true",
         "CMDSTALK_ON_EXIT": "75=release 64-65=bury,3=delete",
         "CMDSTALK_ON_TIMEOUT": "release",
@@ -145,7 +176,7 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "metrics": "127.0.0.1:9100",
         "http": ":8080",
         "http_token": "secret",
-        "config_file": Path("/etc/cmdstalk/pools.toml"),
+        "config_file": None,
         "check": True,
         "on_exit": ((3, "delete"), (64, "bury"), (65, "bury"), (75, "release")),
         "on_timeout": "release",
@@ -158,6 +189,14 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2
+    # With a config file, the file sets the pools: their variables give way, the rest stay.
+    monkeypatch.setenv("CMDSTALK_CONFIG", "/etc/cmdstalk/pools.toml")
+    p = parse([])
+    assert p["config_file"] == Path("/etc/cmdstalk/pools.toml")
+    assert (p["address"], p["per_tube"], p["cmd"], p["tube_limits"]) == (
+        ("127.0.0.1", 11300), 1, None, ()
+    )
+    assert (p["max_jobs"], p["log_level"], p["http"]) == (100, "DEBUG", ":8080")
 
 
 @pytest.mark.parametrize(

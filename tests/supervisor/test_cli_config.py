@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -73,18 +74,52 @@ def test_check_shows_supervisor_wide_flags_are_not_pool_keys(pools_file: Path) -
         ("[pools.x]\ncommand = 'c'\nmax_relases = 3\n", "pools.x.max_relases: unknown key"),
         ("[pools.x]\ncommand = 'c'\nworkers = -2\n", "pools.x.workers: -2 is not in the range"),
         ("[pools.x]\ncommand = 'c'\ntubes = ['b@d']\n", "pools.x.tubes: invalid tube name"),
+        # Issue #27, item 5: malformed files, each one line too (no traceback).
+        ("a = " + "[" * 5000 + "]" * 5000 + "\n", ": not valid TOML: arrays or inline tables"),
+        ("[pools.x]\ncommand = 'caf\udcff'\n", ": not UTF-8 at line 2, column 15"),
+        ('[pools."\\u001b[2J"]\ncommand = "c"\n', 'pools."\\u001B[2J": a pool name'),
+        ('[pools.x]\ncommand = "c"\n"\\u001b[2J" = 1\n', 'pools.x."\\u001B[2J": unknown key'),
+        ('[pools.x]\ncommand = "c\\u0000"\n', "pools.x.command: the command contains a NUL"),
+        ('[pools.x]\ncommand = "c"\nenv = { A = "\\u0000" }\n', "pools.x.env.A: the value"),
     ],
 )
 def test_a_bad_file_is_one_error_line_and_exit_2(
     pools_file: Path, text: str, mentions: str
 ) -> None:
-    pools_file.write_text(text)
+    pools_file.write_bytes(text.encode("utf-8", "surrogateescape"))
     for args in (["--check"], []):  # the same whether checking or starting
         proc = cmdstalk("--config", str(pools_file), *args)
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1
         (line,) = error_lines(proc)
         assert line.startswith(f"Error: {pools_file}: ") and mentions in line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-large"])
+def test_a_file_that_is_no_regular_file_of_bounded_size_exits_2(
+    pools_file: Path, kind: str
+) -> None:
+    if kind == "fifo":
+        os.mkfifo(pools_file)
+    elif kind == "dev-zero":
+        pools_file.symlink_to("/dev/zero")
+    else:
+        pools_file.write_text("#" * (1024 * 1024) + "\n")
+    proc = cmdstalk("--config", str(pools_file), "--check")
+    assert proc.returncode == 2
+    (line,) = error_lines(proc)
+    assert line.startswith(f"Error: {pools_file}: ")
+    assert ("not a regular file" if kind != "too-large" else "larger than 1048576") in line
+
+
+def test_check_shows_escape_sequences_escaped(pools_file: Path) -> None:
+    pools_file.write_text(
+        '[pools.x]\ncommand = "echo \\u001b[31mred\\nnext"\nenv = { A = "\\u009b2J" }\n'
+    )
+    proc = cmdstalk("--config", str(pools_file), "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert all(line.isprintable() for line in proc.stdout.splitlines())
+    assert "  echo \\u001B[31mred\\u000Anext" in proc.stdout and "A=\\u009B2J" in proc.stdout
 
 
 def test_a_missing_file_exits_2(tmp_path: Path) -> None:
@@ -98,7 +133,7 @@ def test_a_missing_file_exits_2(tmp_path: Path) -> None:
         (["--per-tube", "2"], {}, "--per-tube"),
         (["-tubes=a"], {}, "--tubes"),
         (["--cmd", "cat"], {}, "--cmd"),
-        ([], {"CMDSTALK_ADDRESS": "127.0.0.1:1"}, "--address"),
+        (["--address", "127.0.0.1:1"], {"CMDSTALK_ADDRESS": "127.0.0.1:1"}, "--address"),
     ],
 )
 def test_pool_flags_beside_config_are_refused(
@@ -109,6 +144,34 @@ def test_pool_flags_beside_config_are_refused(
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert mentions in line and "pool option" in line
+
+
+def test_pool_variables_beside_config_are_ignored_and_listed(pools_file: Path) -> None:
+    """One shell serves cmdstalk-ctl (CMDSTALK_ADDRESS) and cmdstalk --config: the file sets
+    the pools, a pool option's variable is ignored (even a value its flag would refuse), a
+    supervisor-wide variable still applies."""
+    pools_file.write_text('[pools.one]\ncommand = "cat"\naddress = "127.0.0.1:11301"\n')
+    proc = cmdstalk(
+        "--config", str(pools_file), "--check",
+        CMDSTALK_ADDRESS="10.9.9.9:1", CMDSTALK_TUBES="other", CMDSTALK_PER_TUBE="many",
+        CMDSTALK_CMD="false", CMDSTALK_MAX_JOBS="0",
+    )
+    assert proc.returncode == 2 and "--max-jobs" in error_lines(proc)[0]  # still read
+    proc = cmdstalk(
+        "--config", str(pools_file), "--check",
+        CMDSTALK_ADDRESS="10.9.9.9:1", CMDSTALK_TUBES="other", CMDSTALK_PER_TUBE="many",
+        CMDSTALK_CMD="false",
+    )
+    assert proc.returncode == 0, proc.stderr
+    ignored = "ignored (the file sets pool options): "
+    assert (
+        f"{ignored}CMDSTALK_ADDRESS, CMDSTALK_CMD, CMDSTALK_PER_TUBE, CMDSTALK_TUBES"
+        in proc.stdout.splitlines()
+    )
+    assert "127.0.0.1:11301" in proc.stdout and "10.9.9.9" not in proc.stdout
+    (tubes,) = [line.split() for line in proc.stdout.splitlines() if line.startswith("  tubes")]
+    assert tubes == ["tubes", "default"]
+    assert cmdstalk("--config", str(pools_file), "--check").stdout.count(ignored) == 0
 
 
 def test_check_without_config_and_no_cmd_are_usage_errors() -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 import click
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cmdstalk_py.supervisor.cli import command
-from cmdstalk_py.supervisor.config import SUPERVISOR_FIELDS, Config
+from cmdstalk_py.supervisor.config import SUPERVISOR_FIELDS, Config, is_glob
+from cmdstalk_py.supervisor.overlaps import first_overlap
 from cmdstalk_py.supervisor.poolfile import (
     PoolFileError,
     load_pools,
@@ -229,7 +233,7 @@ BAD = [
     ("[pools.x]\ncommand = 'c'\nenv = { '1A' = 'v' }\n", "pools.x.env.1A", "not an environment"),
     ("[pools.x]\ncommand = 'c'\nlimits = { default = 0 }\n", "pools.x.limits.default", "below 1"),
     ("[pools.x]\ncommand = 'c'\nlimits = { other = 1 }\n", "pools.x.limits.other", "not one of"),
-    ("[pools.x]\ncommand = 'c'\nlimits = { 'a*' = 1 }\n", "pools.x.limits.a*", "not a glob"),
+    ("[pools.x]\ncommand = 'c'\nlimits = { 'a*' = 1 }\n", 'pools.x.limits."a*"', "not a glob"),
     ("[pools.x]\ncommand = 'c'\nlimits = { default = '2' }\n", "pools.x.limits.default", "whole"),
     ("[pools.x]\ncommand = 'c'\nrates = { default = '5/x' }\n", "pools.x.rates.default", "N/s"),
     ("[pools.x]\ncommand = 'c'\nrates = { default = 0 }\n", "pools.x.rates.default", "not above 0"),
@@ -239,7 +243,7 @@ BAD = [
      "pools.x.rates.default.burst", "below 1"),
     ("[pools.x]\ncommand = 'c'\nrates = { default = { rate = 1, brust = 2 } }\n",
      "pools.x.rates.default.brust", "unknown key"),
-    ("[pools.'a b']\ncommand = 'c'\n", "pools.a b", "pool name"),
+    ("[pools.'a b']\ncommand = 'c'\n", 'pools."a b"', "pool name"),
     ("[pools.a]\ncommand = 'c'\ntubes = ['t']\n[pools.b]\ncommand = 'c'\ntubes = ['u', 't']\n",
      "pools.b.tubes", "also served by pool 'a'"),
     ("[pools.a]\ncommand = 'c'\ntubes = 'm.*'\n[pools.b]\ncommand = 'c'\ntubes = 'm.x'\n",
@@ -295,3 +299,103 @@ def test_flag_and_file_share_the_glob_rule(tmp_path: Path, glob: str) -> None:
         command.make_context("cmdstalk", ["--cmd", "c", "--tubes", glob])
     with pytest.raises(PoolFileError):
         one(tmp_path, f'[pools.x]\ncommand = "c"\ntubes = ["{glob}"]\n')
+
+
+OVERLAPS = [
+    # (tubes of pool a, of pool b, the tube named, or None: no overlap)
+    ('"m.*"', '"m.x"', "tube 'm.x'"),
+    ('"m.x"', '"*.x"', "tube 'm.x'"),  # a later glob, matched by its fixed end
+    ('"m.x"', '"m?x"', "tube 'm.x'"),
+    ('"ab-cd"', '"*b-c*"', "tube 'ab-cd'"),  # no fixed start or end
+    ('"m.*"', '"m.*"', "tube 'm.*'"),  # the same glob twice
+    ('"m.*"', '"*.x"', None),  # two globs may or may not meet
+    ('"m.x"', '"m.y"', None),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "clash"), OVERLAPS)
+def test_tubes_overlap_by_name_glob_or_twice(
+    tmp_path: Path, a: str, b: str, clash: str | None
+) -> None:
+    text = f'[pools.a]\ncommand = "c"\ntubes = [{a}]\n[pools.b]\ncommand = "c"\ntubes = [{b}]\n'
+    if clash is None:
+        assert len(load(tmp_path, text)) == 2
+        return
+    error = bad(tmp_path, text)
+    assert error.key == "pools.b.tubes"
+    assert error.what == f"{clash} is also served by pool 'a' on the same server"
+
+
+def test_pools_on_different_servers_may_share_tubes(tmp_path: Path) -> None:
+    text = (
+        '[pools.a]\ncommand = "c"\nall = true\naddress = "h1:1"\n'
+        '[pools.b]\ncommand = "c"\ntubes = ["t", "u.*"]\naddress = "h2:1"\n'
+        '[pools.c]\ncommand = "c"\ntubes = ["t"]\naddress = ["h3:1", "h2:1"]\n'
+    )
+    error = bad(tmp_path, text)  # b and c meet on h2, a is alone on h1
+    assert (error.key, error.what) == ("pools.c.tubes", "tube 't' is also served by pool 'b' "
+                                       "on the same server")
+
+
+def test_the_first_pool_that_overlaps_is_named_with_the_earliest_it_meets(
+    tmp_path: Path,
+) -> None:
+    text = "".join(
+        f'[pools.{name}]\ncommand = "c"\ntubes = [{tubes}]\n'
+        for name, tubes in [("a", '"y.*"'), ("b", '"x"'), ("c", '"x", "y.1"'), ("d", '"x"')]
+    )
+    error = bad(tmp_path, text)
+    assert (error.key, error.what) == ("pools.c.tubes", "tube 'y.1' is also served by pool "
+                                       "'a' on the same server")
+
+
+def test_many_pools_of_many_tubes_load(tmp_path: Path) -> None:
+    """The check indexes names per server: 200 pools of 200 tubes (names and globs)."""
+    text = "".join(
+        f'[pools.p{p}]\ncommand = "c"\ntubes = ['
+        + ", ".join(f'"t{p}-{t}{".*" if p % 2 else ""}"' for t in range(200))
+        + "]\n"
+        for p in range(200)
+    )
+    assert len(load(tmp_path, text)) == 200
+
+
+def _reference_overlap(configs: list[Config]) -> tuple[int, int] | None:
+    """Every pair compared, as the rule reads: (later, earlier) of the first overlap."""
+    def meet(x: str, y: str) -> bool:
+        return x == y or (not is_glob(x) and fnmatch.fnmatchcase(x, y)) or (
+            not is_glob(y) and fnmatch.fnmatchcase(y, x))
+
+    for j, b in enumerate(configs):
+        for i, a in enumerate(configs[:j]):
+            if not set(a.addresses) & set(b.addresses):
+                continue
+            if a.all_tubes or b.all_tubes or any(meet(x, y) for x in a.tubes for y in b.tubes):
+                return j, i
+    return None
+
+
+_TUBE = st.text("ab.", min_size=1, max_size=3)
+_GLOB = st.builds(lambda s, w, e: s + w + e, st.text("ab.", max_size=2), st.sampled_from("*?"),
+                  st.text("ab.", max_size=2))
+_POOL = st.tuples(
+    st.booleans(),
+    st.lists(st.one_of(_TUBE, _GLOB), min_size=1, max_size=4, unique=True),
+    st.sets(st.integers(1, 3), min_size=1, max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_POOL, min_size=1, max_size=6))
+def test_the_indexed_overlap_check_agrees_with_comparing_every_pair(
+    pools: list[tuple[bool, list[str], set[int]]],
+) -> None:
+    configs = [
+        Config(cmd="c", pool=f"p{n}", all_tubes=every and n % 3 == 0, tubes=tuple(tubes),
+               servers=tuple(("h", port) for port in sorted(ports)))
+        for n, (every, tubes, ports) in enumerate(pools)
+    ]
+    found = first_overlap(configs)
+    expected = _reference_overlap(configs)
+    got = None if found is None else (configs.index(found.later), configs.index(found.earlier))
+    assert got == expected

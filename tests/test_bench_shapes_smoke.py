@@ -124,10 +124,9 @@ def test_an_asyncio_shape_stops_at_once_on_a_failing_command(bench: ModuleType, 
         pytest.skip("uvloop is not installed")
     variant = replace(bench.variants()[name], argv=("/bin/false",))
     shape = partial(bench.asyncio_workers, variant=variant)
-    with running_beanstalkd() as server:
-        # The command's failure, not the drain's "not drained" after its timeout.
-        with pytest.raises(RuntimeError, match="exited with 1"):
-            bench.drain_queue(server, bench.CpuMeter(server), shape, 2, 20)
+    # The command's failure, not the drain's "not drained" after its timeout.
+    with running_beanstalkd() as server, pytest.raises(RuntimeError, match="exited with 1"):
+        bench.drain_queue(server, bench.CpuMeter(server), shape, 2, 20)
 
 
 @pytest.mark.parametrize("new_loop", LOOPS)

@@ -7,14 +7,20 @@ interleaved rounds so that background load on a shared machine hits both alike:
 * pipelined puts on one connection (jobs/s),
 * put → reserve → delete request/response cycles on 1 and on 16 connections (cycles/s),
 * draining ready jobs with 4 connections (jobs/s),
+* the server's CPU time per protocol command over those workloads (µs; the per-command
+  cost of the bundled server's structure is guarded here, against beanstalkd's),
 * resident memory per stored job (32-byte bodies),
-* start-up time from Popen to the first accepted connection, idle and with every core
-  busy (``yes > /dev/null`` on each).
+* start-up time from Popen to the first accepted connection and to its first reply, idle,
+  and to the first accepted connection with every core busy (``yes > /dev/null`` on
+  each), against ``python -c pass`` in the same runs (benchmarks/server_startup.py
+  measures start-up alone, with greenstalk's timing rule).
 
 ``--durable`` measures the binlog modes instead (``-b DIR -f 50`` and ``-f 0``) plus the
 recovery time of a crashed server. ``--fairness`` measures another client's worst wait
 while one client pipelines a burst of ``watch`` or ``reserve-with-timeout 0`` instead.
-``--saturation`` shows that the load generator saturates the real beanstalkd. Run
+``--fairness`` also measures whether a command's CPU cost grows with the connection's
+state (many tubes watched, many jobs reserved). ``--saturation`` shows that the load
+generator saturates the real beanstalkd. Run
 ``python benchmarks/server.py --help`` for the options.
 
 Exit status: 0 when every measurement ran (targets missed or not), 1 with ``--strict`` when
@@ -25,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -53,8 +61,15 @@ from server_procs import (
     startup_seconds,
 )
 from server_report import BUNDLED, REAL, Figure, Goal, failures, table
+from server_startup import compile_package, python_pass_seconds
 
-STARTUP_LIMIT = 0.100
+#: Start-up targets: the bundled server within this many ``python -c pass`` times.
+STARTUP_RATIO = 2.0
+#: Protocol commands per operation of each throughput figure (a cycle is put, reserve,
+#: delete; a drained job is reserve, delete).
+COMMANDS_PER_OP = {
+    "puts_pipelined_1conn": 1, "cycles_1conn": 3, "cycles_16conn": 3, "drain_4conn": 2,
+}
 
 
 @dataclass(frozen=True)
@@ -150,7 +165,32 @@ def throughput(servers: dict[str, RunningServer], plan: Plan) -> list[Figure]:
         for kind in order:
             sample = cycles(servers[kind], f"bench-c16-{r}", 16, plan.cycle_seconds)
             _keep_best(many, kind, sample)
-    return [puts, one, many, drained]
+    return [puts, one, many, drained, cpu_per_command([puts, one, many, drained])]
+
+
+def cpu_per_command(workloads: list[Figure]) -> Figure:
+    """The server's CPU time per protocol command, from every round of ``workloads``.
+
+    Per workload: CPU seconds over commands, all rounds together; the figure is the
+    geometric mean over the workloads, so that none weighs more for running more commands.
+    """
+    figure = Figure("cpu_per_command", "server CPU per command", "µs", Goal.CPU)
+    kinds = set.intersection(*(set(w.details) for w in workloads))
+    for kind in sorted(kinds):
+        per_workload: dict[str, float] = {}
+        for w in workloads:
+            rounds = w.details[kind]
+            assert isinstance(rounds, list)
+            cpu = sum(r["server_run_seconds"] for r in rounds)
+            commands = sum(r["ops"] for r in rounds) * COMMANDS_PER_OP[w.key]
+            per_workload[w.key] = cpu / commands * 1e6
+        figure.values[kind] = math.exp(
+            sum(math.log(v) for v in per_workload.values()) / len(per_workload)
+        )
+        figure.details[kind] = per_workload
+        log(f"  {figure.label:<32} {kind:<10} {figure.values[kind]:.2f} µs"
+            f" ({', '.join(f'{k} {v:.2f}' for k, v in per_workload.items())})")
+    return figure
 
 
 def memory(kinds: list[ServerKind], plan: Plan) -> Figure:
@@ -169,16 +209,19 @@ def memory(kinds: list[ServerKind], plan: Plan) -> Figure:
 
 def startup(kinds: list[ServerKind], plan: Plan) -> list[Figure]:
     """Median start-up times to the first accepted connection and to its first reply, then
-    to the first accepted connection with every core busy."""
-    accept = Figure("startup_accept", "start-up to first accept", "ms", Goal.LIMIT,
-                    limit=STARTUP_LIMIT)
-    reply = Figure("startup_reply", "start-up to first reply", "ms", Goal.LIMIT,
-                   limit=STARTUP_LIMIT)
-    busy = Figure("startup_accept_busy", "start-up to accept, cores busy", "ms", Goal.LIMIT,
-                  limit=STARTUP_LIMIT)
-    runs = _startup_runs(kinds, plan)
+    to the first accepted connection with every core busy; each against ``python -c pass``
+    measured in the same runs (the floor of any Python server): within STARTUP_RATIO of it.
+    """
+    compile_package()  # as pip install does: no module compiled at each start
+    runs, floor = _startup_runs(kinds, plan)
     with busy_cores():
-        busy_runs = _startup_runs(kinds, plan)
+        busy_runs, busy_floor = _startup_runs(kinds, plan)
+    limit, busy_limit = STARTUP_RATIO * floor, STARTUP_RATIO * busy_floor
+    log(f"  python -c pass median {floor * 1000:.1f} ms, cores busy {busy_floor * 1000:.1f} ms")
+    accept = Figure("startup_accept", "start-up to first accept", "ms", Goal.LIMIT, limit=limit)
+    reply = Figure("startup_reply", "start-up to first reply", "ms", Goal.LIMIT, limit=limit)
+    busy = Figure("startup_accept_busy", "start-up to accept, cores busy", "ms", Goal.LIMIT,
+                  limit=busy_limit)
     for name, pairs in runs.items():
         for figure, values in ((accept, [a for a, _ in pairs]), (reply, [r for _, r in pairs]),
                                (busy, [a for a, _ in busy_runs[name]])):
@@ -190,12 +233,16 @@ def startup(kinds: list[ServerKind], plan: Plan) -> list[Figure]:
     return [accept, reply, busy]
 
 
-def _startup_runs(kinds: list[ServerKind], plan: Plan) -> dict[str, list[tuple[float, float]]]:
+def _startup_runs(kinds: list[ServerKind], plan: Plan) -> (
+    tuple[dict[str, list[tuple[float, float]]], float]
+):
     runs: dict[str, list[tuple[float, float]]] = {k.name: [] for k in kinds}
+    python: list[float] = []
     for _ in range(plan.startup_runs):
+        python.append(python_pass_seconds())
         for kind in kinds:  # interleaved, so load changes hit every kind alike
             runs[kind.name].append(startup_seconds(kind))
-    return runs
+    return runs, statistics.median(python)
 
 
 def in_memory_suite(kinds: list[ServerKind], plan: Plan, profile: Path | None = None) -> (
@@ -303,9 +350,17 @@ def main(argv: list[str] | None = None) -> int:
             print(saturation(kinds[0], plan))
             return 0
         if args.fairness:
-            from server_fairness import BURSTS, QUICK_BURSTS, fairness_suite
+            from server_fairness import (
+                BURSTS,
+                QUICK_BURSTS,
+                QUICK_SCALING,
+                SCALING,
+                fairness_suite,
+                scaling_suite,
+            )
 
             figures = fairness_suite(kinds, QUICK_BURSTS if args.quick else BURSTS)
+            figures += scaling_suite(kinds, QUICK_SCALING if args.quick else SCALING)
             title = "Fairness under pipelining: bundled vs real beanstalkd"
         elif args.durable:
             from server_durable import durable_suite

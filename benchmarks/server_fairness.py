@@ -7,6 +7,11 @@ tube and records the slowest single request. A server that serves its connection
 answers the probe within a small share of the burst; one that runs a whole read's
 commands before looking at anyone else makes the probe wait for all of them.
 
+Also here: a command's CPU cost must not grow with the connection's state. ``watch`` with
+many tubes already watched, and ``reserve-with-timeout 0`` polls while holding many
+reservations, each against the same command on a fresh connection, same server kind, same
+run (the ratio's target: ``SCALING_LIMIT``).
+
 Used by ``benchmarks/server.py --fairness`` and by tests/server/test_fairness.py.
 """
 
@@ -32,6 +37,14 @@ QUICK_BURSTS = (("watch", 2_000), ("reserve-with-timeout 0", 2_000))
 _LABELS = {"watch": "watch", "reserve-with-timeout 0": "reserve 0s"}
 #: Seconds to give up on a burst or a probe request (a broken server, not a slow one).
 GIVE_UP = 300.0
+#: Scaling: (command, the connection's state before it: tubes watched or jobs reserved).
+SCALING = (("watch", 100_000), ("poll holding", 20_000))
+QUICK_SCALING = (("watch", 10_000), ("poll holding", 2_000))
+#: Commands measured at each state.
+SCALING_COMMANDS = 2_000
+#: CPU per command with the large state over CPU per command without: linear code stays
+#: near 1 (quadratic code was at tens to hundreds with these states).
+SCALING_LIMIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -175,5 +188,57 @@ def fairness_suite(kinds: list[ServerKind], bursts: Sequence[tuple[str, int]]) -
             print(f"  {figure.label:<32} {kind.name:<10} worst {sample.probe_worst * 1000:8.1f} ms"
                   f" (median {sample.probe_median * 1000:.1f} ms over {sample.probe_requests}"
                   f" requests; burst {sample.burst_seconds:.2f} s)", file=sys.stderr, flush=True)
+        figures.append(figure)
+    return figures
+
+
+def _scaling_bytes(command: str, state: int) -> tuple[bytes, int, bytes]:
+    """(setup, its reply lines, the measured commands) for ``command`` at ``state``."""
+    if command == "watch":
+        setup = b"".join(b"watch s-%d\r\n" % i for i in range(state))
+        measured = b"".join(b"watch m-%d\r\n" % i for i in range(SCALING_COMMANDS))
+        return setup, state, measured
+    # Reservations held: put them, then reserve them all (a RESERVED reply is two lines).
+    setup = b"put 0 0 600 1\r\nx\r\n" * state + b"reserve-with-timeout 0\r\n" * state
+    return setup, 3 * state, b"reserve-with-timeout 0\r\n" * SCALING_COMMANDS
+
+
+def cpu_per_command(kind: ServerKind, command: str, state: int) -> float:
+    """The server's CPU seconds per ``command`` at ``state``, on a fresh server."""
+    setup, setup_lines, measured = _scaling_bytes(command, state)
+    server = start_server(kind)
+    try:
+        sock = socket.create_connection(server.address, timeout=GIVE_UP)
+        with sock:
+            for data, lines in ((setup, setup_lines), (measured, SCALING_COMMANDS)):
+                failed: list[BaseException] = []
+                writer = threading.Thread(target=_send_all, args=(sock, data, failed),
+                                          daemon=True)
+                before = server.sched_seconds()[0]
+                writer.start()
+                _read_replies(sock, lines)
+                used = server.sched_seconds()[0] - before
+                writer.join(GIVE_UP)
+                if failed:
+                    raise failed[0]
+        return used / SCALING_COMMANDS
+    finally:
+        server.stop()
+
+
+def scaling_suite(kinds: list[ServerKind], scaling: Sequence[tuple[str, int]]) -> list[Figure]:
+    """Per command: CPU at the large state over CPU on a fresh connection, each kind."""
+    figures: list[Figure] = []
+    for command, state in scaling:
+        label = f"cpu/cmd, {command} {state:,} vs 0"
+        figure = Figure(f"scaling_{command.split()[0]}", label, "x", Goal.LIMIT,
+                        limit=SCALING_LIMIT)
+        for kind in kinds:
+            empty = cpu_per_command(kind, command, 0)
+            full = cpu_per_command(kind, command, state)
+            figure.values[kind.name] = full / empty
+            figure.details[kind.name] = {"empty": empty, "full": full}
+            print(f"  {label:<32} {kind.name:<10} {full * 1e6:8.1f} vs {empty * 1e6:.1f} µs",
+                  file=sys.stderr, flush=True)
         figures.append(figure)
     return figures

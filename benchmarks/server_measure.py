@@ -38,6 +38,7 @@ class Sample:
     seconds: float
     server_cpu: float  # CPU used by the server / wall time
     server_demand: float  # (running + waiting for a CPU) / wall time
+    server_run_seconds: float  # the server's time on a CPU (schedstat: ns resolution)
     loadgen_cpu: float  # CPU used by all load-generator processes / wall time
     machine_busy: float  # all cores busy / wall time (others' load included)
 
@@ -76,6 +77,7 @@ class _Probe:
             seconds=result.seconds,
             server_cpu=(self.cpu[1] - self.cpu[0]) / wall,
             server_demand=(run1 - run0 + wait1 - wait0) / wall,
+            server_run_seconds=run1 - run0,
             loadgen_cpu=result.loadgen_cpu / wall,
             machine_busy=(self.machine[1] - self.machine[0]) / wall,
         )

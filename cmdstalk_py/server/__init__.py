@@ -3,8 +3,10 @@
 Modules, from the command line inwards:
 
 - ``cli``, ``__main__``: the ``cmdstalk-server`` command line, which takes the binlog lock
-  and listens before it loads anything heavy; ``flags``: its argparse parser (beanstalkd's
-  flags, every check, ``-h``); ``config``: the server's settings and every default, once;
+  and listens before it loads anything heavy; ``flags``: its options (beanstalkd's), in one
+  table read without imports, argparse built from it for ``-h`` and errors; ``config``: the
+  server's settings and every default, once; ``standins``: ``NamedTuple`` and ``Enum`` for
+  the serving modules without ``typing`` and ``enum`` (start-up time);
   ``assembly``: engine + journal/binlog + loop + ``net.Server``, built and closed in one
   place for both ``run`` (serving in the foreground with signals) and ``embedded``
   (``EmbeddedServer``, the same server on a background thread); ``durable``: opening the
@@ -26,11 +28,12 @@ Modules, from the command line inwards:
 - ``engine``: the queue engine, driven by the caller's clock: every job state transition,
   answering with the job or an ``outcome``; ``waiters``: blocked reserves (who waits, in
   which order they are served, wake-ups for a timeout or DEADLINE_SOON, a half-close, the
-  answers queued for the connections); ``store``: where a job sits for its state;
-  ``alarms``: its timers; ``job``, ``tube`` (tubes, the set of live tubes), ``ready``,
-  ``heap``: its data structures; ``session``: a connection as the engine sees it (watch
-  list, reservations and the soonest of them), and the DEADLINE_SOON rule; ``stats``: the
-  YAML bodies of the stats commands.
+  answers queued for the connections); ``pauses``: when a tube's pause starts and ends;
+  ``store``: where a job sits for its state; ``alarms``: its timers; ``job``, ``tube``
+  (tubes, the set of live tubes), ``ready``, ``heap``: its data structures; ``session``:
+  a connection as the engine sees it (watch list, reservations and the soonest of them,
+  the put whose body is on its way), and the DEADLINE_SOON rule; ``stats``: the YAML
+  bodies of the stats commands.
 - ``journal``: the durability hook; ``binlog/``: the write-ahead log behind it (``codec``:
   every record's bytes; ``segment``: segment files and live-job accounting).
 

@@ -11,7 +11,6 @@ alarms outnumber the live ones the heap is rebuilt without them.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import Any
 
 from cmdstalk_py.server.job import DELAYED, RESERVED
 
@@ -20,7 +19,11 @@ TTR = 1
 PAUSE = 2
 WAIT = 3
 
-Alarm = tuple[float, int, int, Any]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+    Alarm = tuple[float, int, int, Any]
 
 #: Sweep only past this many stale alarms: a small heap is cheap to skip through.
 _SWEEP_FLOOR = 1024

@@ -9,9 +9,7 @@ a background thread for the embedded server) stays with them.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from typing import TYPE_CHECKING
 
 from cmdstalk_py.server.config import ServerConfig
 from cmdstalk_py.server.engine import Engine
@@ -19,6 +17,7 @@ from cmdstalk_py.server.journal import Journal, NullJournal
 from cmdstalk_py.server.loop import Loop
 from cmdstalk_py.server.net import Server
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from cmdstalk_py.server.binlog.adapter import BinlogJournal
     from cmdstalk_py.server.binlog.fsops import FileOps
@@ -69,6 +68,8 @@ class Assembly:
         except BaseException:
             loop.close()
             if binlog is not None:
+                import contextlib  # only on this error path
+
                 # The error that stopped the start is the one to report.
                 with contextlib.suppress(Exception):
                     binlog.close()

@@ -15,10 +15,7 @@ engine produced since (a put, release, kick, TTR expiry, pause end or timeout se
 
 from __future__ import annotations
 
-import enum
 import time
-from collections.abc import Callable
-from typing import Any
 
 from cmdstalk_py.server import protocol as p
 from cmdstalk_py.server.engine import Engine, Result
@@ -28,7 +25,15 @@ from cmdstalk_py.server.outcome import JOURNAL_FAILED, WAITING, Outcome
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import GlobalStats, job_yaml, stats_yaml, tube_yaml
 
-Handler = Callable[[Engine, Session, Any, float], "bytes | None"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from enum import Enum
+    from typing import Any
+
+    Handler = Callable[[Engine, Session, Any, float], bytes | None]
+else:
+    from cmdstalk_py.server.standins import Enum
 
 #: The reply line of each outcome.
 OUTCOME_REPLIES: dict[Outcome, bytes] = {
@@ -51,7 +56,7 @@ TURN_SECONDS = 0.005
 FLUSH_AT = 1 << 18
 
 
-class TurnEnd(enum.Enum):
+class TurnEnd(Enum):
     """How :func:`run_turn` ended."""
 
     EXHAUSTED = "exhausted"  # every complete event ran
@@ -326,9 +331,10 @@ def _rejected(e: Engine, s: Session, cmd: p.Rejected, now: float) -> bytes | Non
 
 
 def _put(e: Engine, s: Session, cmd: p.Put, now: float) -> bytes | None:
-    # A put line whose body has not arrived: counted and a producer now, like 1.12.
+    # A put line whose body has not arrived: counted, a producer and its job's id now,
+    # like 1.12.
     e.counters["put"] += 1
-    e.begin_put(s)
+    e.begin_put(s, now)
     return None
 
 

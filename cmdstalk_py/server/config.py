@@ -8,10 +8,14 @@ default address lives in ``listen``, which ``cli`` uses before anything else is 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.listen import DEFAULT_HOST, DEFAULT_PORT
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from cmdstalk_py.server.standins import NamedTuple
 
 __all__ = [
     "DEFAULT_FSYNC_MS",

@@ -17,17 +17,18 @@ not durable yet (see ``net``).
 
 from __future__ import annotations
 
-import socket
 import sys
 from select import EPOLLIN, EPOLLOUT
-from typing import TYPE_CHECKING
 
 from cmdstalk_py.server import commands
 from cmdstalk_py.server.commands import FLUSH_AT, TURN_COMMANDS, TURN_SECONDS, TurnEnd
 from cmdstalk_py.server.conn_state import TRANSITIONS, State
 from cmdstalk_py.server.framing import Framer
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from _socket import socket
+
     from cmdstalk_py.server.net import Server
 
 __all__ = ["FLUSH_AT", "INPUT_LIMIT", "RECV_SIZE", "TURN_COMMANDS", "TURN_SECONDS", "WRITE_HIGH",
@@ -79,7 +80,7 @@ class ServerConn:
         "state",
     )
 
-    def __init__(self, server: Server, sock: socket.socket) -> None:
+    def __init__(self, server: Server, sock: socket) -> None:
         self.server = server
         self.engine = server.engine
         self.sock = sock

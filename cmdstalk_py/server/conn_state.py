@@ -6,12 +6,16 @@ the one place a connection's state changes (each caller names its transition).
 
 from __future__ import annotations
 
-import enum
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from enum import Enum
+else:
+    from cmdstalk_py.server.standins import Enum
 
 __all__ = ["TRANSITIONS", "State"]
 
 
-class State(enum.Enum):
+class State(Enum):
     """Where a connection is in its life."""
 
     OPEN = "open"  # commands run as they arrive

@@ -10,24 +10,28 @@ It returns the job or an :class:`~cmdstalk_py.server.outcome.Outcome`, never byt
 Every method takes ``now`` (seconds, any monotonic clock); nothing here reads a clock or
 sleeps. :meth:`Engine.tick` performs what is due (delayed jobs becoming ready, TTR expiry,
 pause ends, reserve timeouts and DEADLINE_SOON) and returns when it next needs to run.
-Blocked reserves (who waits, wake-ups, answers) are :mod:`~cmdstalk_py.server.waiters`'s.
+Blocked reserves (who waits, wake-ups, answers) live in ``waiters``, pauses in ``pauses``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 from cmdstalk_py.server.alarms import DELAY, PAUSE, TTR, Alarms
 from cmdstalk_py.server.job import BURIED, DELAYED, DELETED, READY, RESERVED, Job, Mark
-from cmdstalk_py.server.journal import Journal, JournalError, NullJournal
+from cmdstalk_py.server.journal import JournalError, NullJournal
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
 from cmdstalk_py.server.outcome import Outcome
+from cmdstalk_py.server.pauses import Pauses
 from cmdstalk_py.server.session import Session
 from cmdstalk_py.server.stats import CMD_COUNTERS, ServerInfo, rusage
 from cmdstalk_py.server.store import JobStore
 from cmdstalk_py.server.tube import Tube, best_ready
 from cmdstalk_py.server.waiters import Waiters
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cmdstalk_py.server.journal import Journal
 
 #: What a transition hands back: the job it moved, or why it did not.
 Result = Job | Outcome
@@ -49,8 +53,7 @@ class Engine:
         self.max_job_size = max_job_size
         self.journal: Journal = journal if journal is not None else NullJournal()
         self.info = info if info is not None else ServerInfo()
-        self.cpu = cpu
-        self.started = now
+        self.cpu, self.started = cpu, now
         self._alarms = Alarms()
         #: The alarm heap itself: the network layer reads the next deadline off it.
         self.alarms = self._alarms.heap
@@ -66,6 +69,7 @@ class Engine:
         self.producers = self.workers = 0
         #: Connections blocked in a reserve, and the answers they are due.
         self.waiters = Waiters(self._alarms)
+        self.pauses = Pauses(self._alarms, self.waiters, self._serve)
 
     # ---------------------------------------------------------------- connections
 
@@ -110,31 +114,30 @@ class Engine:
         if t is None:
             return _NOT_FOUND
         t.cmd_pause += 1
-        t.paused = True
-        t.pause = delay
-        # A zero pause lasts until the next tick (1.12: 1 ns), so it ends at once.
-        t.unpause_at = now + delay
-        self._alarms.add(t.unpause_at, PAUSE, t)
+        self.pauses.start(t, delay, now)
         return t
 
     # ---------------------------------------------------------------- transitions
 
-    def begin_put(self, s: Session) -> None:
-        """A ``put`` line passed its checks: ``s`` is a producer (before the body, if any)."""
+    def begin_put(self, s: Session, now: float) -> tuple[int, float]:
+        """A ``put`` line passed its checks, its body is on its way: like 1.12, the job's
+        id and creation time are taken now (a put begun first gets the smaller id)."""
         if not s.producer:
             s.producer = True
             self.producers += 1
+        s.incoming = incoming = (self.next_id, now)
+        self.next_id += 1
+        return incoming
 
     def put(self, s: Session, pri: int, delay: int, ttr: int, body: bytes, now: float) -> Result:
         """(new) -> READY, or DELAYED for ``delay`` seconds, in ``s``'s used tube.
 
-        ``body`` is the data chunk with its CRLF. Like 1.12, a refused put (BAD_BODY,
-        DRAINING, JOURNAL_FAILED) still uses up its id.
+        ``body`` is the data chunk with its CRLF; the id is the one taken at the line
+        (:meth:`begin_put`), else a new one. Like 1.12, a refused put (BAD_BODY, DRAINING,
+        JOURNAL_FAILED) uses its id up, as does closing before the body is complete.
         """
-        if not s.producer:
-            self.begin_put(s)
-        job_id = self.next_id
-        self.next_id = job_id + 1
+        job_id, now = s.incoming or self.begin_put(s, now)
+        s.incoming = None
         if body[-2:] != b"\r\n":
             return Outcome.BAD_BODY
         if self.draining:
@@ -164,7 +167,9 @@ class Engine:
         TIMED_OUT, or WAITING (the answer comes later, through ``waiters``).
         """
         if not s.worker:
-            self._worker(s)
+            s.worker = True
+            self.workers += 1
+        self.pauses.end_due(s.watch, now)
         t = best_ready(s.watch)
         if t is not None:
             return self._serve(s, t, now)
@@ -172,7 +177,8 @@ class Engine:
         if s.reserved and not any(w.ready for w in s.watch) and s.deadline_soon(now):
             return Outcome.DEADLINE_SOON
         if timeout == 0:
-            return Outcome.TIMED_OUT
+            # 1.12 parks the reserve until its next tick, which answers DEADLINE_SOON first.
+            return Outcome.DEADLINE_SOON if s.deadline_soon(now) else Outcome.TIMED_OUT
         self.waiters.start(s, timeout, now)
         return Outcome.WAITING
 
@@ -186,7 +192,8 @@ class Engine:
             return _JOURNAL_FAILED
         self.store.take(job, old)
         if not s.worker:
-            self._worker(s)
+            s.worker = True
+            self.workers += 1
         return job
 
     def release(self, s: Session, job_id: int, pri: int, delay: int, now: float) -> Result:
@@ -291,8 +298,7 @@ class Engine:
         self._make_ready(job, now)
 
     def restore(self, job: Job, tube_name: bytes, now: float) -> None:
-        """Add a job recovered from a journal where its state and deadline say (a reserved
-        one comes back ready); the id counter moves past its id."""
+        """Add a recovered job where its state says (reserved comes back ready), ids past it."""
         job.tube = self.tubes.tube(tube_name)
         if job.state is RESERVED:
             job.state = READY
@@ -304,13 +310,7 @@ class Engine:
 
     def _owned(self, s: Session, job_id: int) -> Job | None:
         job = self.jobs.get(job_id)
-        if job is None or job.state is not RESERVED or job.reserver is not s:
-            return None
-        return job
-
-    def _worker(self, s: Session) -> None:
-        s.worker = True
-        self.workers += 1
+        return job if job is not None and job.state is RESERVED and job.reserver is s else None
 
     def _journal(self, job: Job, mark: Mark) -> bool:
         # The job's fields already say what it becomes; a refusal puts them back.
@@ -323,8 +323,10 @@ class Engine:
 
     def _journal_quietly(self, job: Job) -> None:
         # Clock- and disconnect-driven changes cannot be refused (see journal.py).
-        with contextlib.suppress(JournalError):
+        try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
             self.journal.job_changed(job)
+        except JournalError:
+            pass
 
     def _kick(self, job: Job, now: float) -> bool:
         # BURIED/DELAYED -> READY. False: the journal refused, the job stays where it was.
@@ -392,9 +394,7 @@ class Engine:
             elif kind == DELAY:
                 self.promote(obj, now)
             elif kind == PAUSE:
-                obj.paused = False
-                obj.pause = 0
-                self.waiters.process_queue([obj], now, self._serve)
+                self.pauses.end(obj, now)
             else:
                 self.waiters.wake(obj, now)
         return self._alarms.next_deadline()

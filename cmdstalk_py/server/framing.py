@@ -24,17 +24,21 @@ connection may ask for stats meanwhile), its ``PutBody`` then saying ``announced
 
 from __future__ import annotations
 
-import enum
-from typing import NamedTuple
-
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE, LINE_LIMIT
 from cmdstalk_py.server.protocol import REJECT_BAD_FORMAT, parse_command
 from cmdstalk_py.server.verbs import Command, Put, Rejected
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from enum import Enum
+    from typing import NamedTuple
+else:
+    from cmdstalk_py.server.standins import Enum, NamedTuple
+
 __all__ = ["LINE_TOO_LONG", "BodySkipped", "Event", "Framer", "Mode", "PutBody"]
 
 
-class Mode(enum.Enum):
+class Mode(Enum):
     """What the next input bytes are."""
 
     LINE = "line"  # a command line

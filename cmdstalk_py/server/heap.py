@@ -1,4 +1,4 @@
-"""A binary min-heap whose items know their position, so any item can be removed in O(log n).
+"""A binary min-heap of jobs that know their position, so any can be removed in O(log n).
 
 Keys live in a list parallel to the items so comparisons are done on plain ints or tuples
 (C-level comparisons); each item's ``heap_index`` is kept up to date on every move.
@@ -6,26 +6,26 @@ Keys live in a list parallel to the items so comparisons are done on plain ints 
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, TypeVar
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from cmdstalk_py.server.job import Job
+
+    #: What orders the items: (deadline, id) for delayed jobs.
+    Key = tuple[float, int]
 
 
-class HeapItem(Protocol):
-    """Anything with a writable ``heap_index`` slot."""
+class Heap:
+    """Min-heap of jobs (each with its ``heap_index``) by the key given when pushed.
 
-    heap_index: int
-
-
-T = TypeVar("T", bound=HeapItem)
-
-
-class Heap(Generic[T]):
-    """Min-heap of items ordered by the key given when they were pushed."""
+    Only jobs go in (the delayed ones of a tube): typed for them, so that ``typing``'s
+    generics stay out of the server's start-up.
+    """
 
     __slots__ = ("items", "keys")
 
     def __init__(self) -> None:
-        self.keys: list[Any] = []
-        self.items: list[T] = []
+        self.keys: list[Key] = []
+        self.items: list[Job] = []
 
     def __len__(self) -> int:
         return len(self.items)
@@ -33,21 +33,21 @@ class Heap(Generic[T]):
     def __bool__(self) -> bool:
         return bool(self.items)
 
-    def peek(self) -> T | None:
+    def peek(self) -> Job | None:
         """The smallest item, left in place."""
         return self.items[0] if self.items else None
 
-    def peek_key(self) -> Any:
+    def peek_key(self) -> Key:
         """The smallest key (the heap must not be empty)."""
         return self.keys[0]
 
-    def push(self, key: Any, item: T) -> None:
+    def push(self, key: Key, item: Job) -> None:
         """Insert ``item`` ordered by ``key``."""
         self.keys.append(key)
         self.items.append(item)
         self._up(len(self.items) - 1, key, item)
 
-    def pop(self) -> T:
+    def pop(self) -> Job:
         """Remove and return the smallest item (the heap must not be empty)."""
         items = self.items
         keys = self.keys
@@ -75,7 +75,7 @@ class Heap(Generic[T]):
         top.heap_index = -1
         return top
 
-    def remove(self, item: T) -> None:
+    def remove(self, item: Job) -> None:
         """Remove ``item``, which must be in this heap."""
         i = item.heap_index
         keys = self.keys
@@ -91,7 +91,7 @@ class Heap(Generic[T]):
         else:
             self._down(i, last_key, last)
 
-    def _up(self, pos: int, key: Any, item: T) -> None:
+    def _up(self, pos: int, key: Key, item: Job) -> None:
         keys = self.keys
         items = self.items
         while pos:
@@ -109,7 +109,7 @@ class Heap(Generic[T]):
         items[pos] = item
         item.heap_index = pos
 
-    def _down(self, pos: int, key: Any, item: T) -> None:
+    def _down(self, pos: int, key: Key, item: Job) -> None:
         keys = self.keys
         items = self.items
         n = len(keys)

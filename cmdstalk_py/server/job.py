@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import enum
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from enum import Enum
+
     from cmdstalk_py.server.session import Session
     from cmdstalk_py.server.tube import Tube
+else:
+    from cmdstalk_py.server.standins import Enum
 
 
-class JobState(enum.Enum):
+class JobState(Enum):
     """Where a job is in its lifecycle (docs §5.1)."""
 
     READY = "ready"

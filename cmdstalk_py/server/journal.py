@@ -9,10 +9,14 @@ ignored and the journal is expected to catch up on the next record it writes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from cmdstalk_py.server.job import Job
+else:
+    Protocol = object  # the protocols below are for mypy; at run time, plain classes
 
 
 class JournalError(Exception):

@@ -2,7 +2,8 @@
 
 ``cmdstalk-server`` binds before it imports anything else (see ``cli``), so this module
 imports next to nothing: ``_socket`` rather than ``socket``, whose import (``enum``,
-``selectors``) would come before the first connection could be accepted.
+``selectors``) would come before the first connection could be accepted. The server
+serves ``_socket`` sockets throughout (a ``socket.socket`` given to it is one too).
 """
 
 from __future__ import annotations
@@ -11,10 +12,6 @@ import _socket
 import errno
 import os
 import stat
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
-if TYPE_CHECKING:
-    import socket
 
 #: Unlike beanstalkd (all interfaces), the bundled server listens on loopback by default.
 DEFAULT_HOST = "127.0.0.1"
@@ -50,18 +47,6 @@ def bind_listener(listen: str, port: int) -> _socket.socket:
         raise
     sock.setblocking(False)
     return sock
-
-
-def open_listener(listen: str, port: int) -> socket.socket:
-    """:func:`bind_listener` as a ``socket.socket``."""
-    return as_socket(bind_listener(listen, port))
-
-
-def as_socket(raw: _socket.socket) -> socket.socket:
-    """The ``socket.socket`` for a socket from :func:`bind_listener` (which it takes over)."""
-    import socket
-
-    return socket.socket(raw.family, raw.type, raw.proto, raw.detach())
 
 
 def _remove_stale_socket(path: str) -> None:

@@ -14,21 +14,28 @@ non-blocking pipe watched by the same epoll set; signal handlers only queue a ca
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import os
 import select
-import signal
 import sys
-from collections import deque
-from collections.abc import Callable
 from time import monotonic
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    import signal
+    from collections import deque
+    from collections.abc import Callable
+    from typing import Any
+
+    #: Handler of one watched descriptor: called with the epoll event mask.
+    IOHandler = Callable[[int], None]
+else:
+    # The C modules under collections and signal: their Python layers cost start-up time.
+    import _signal as signal
+    from _collections import deque
 
 __all__ = ["Loop", "Timer"]
 
-#: Handler of one watched descriptor: called with the epoll event mask.
-IOHandler = Callable[[int], None]
 #: Longest poll: epoll takes milliseconds in a C int, and a job may be delayed 2**32 s.
 MAX_POLL = 24 * 3600.0
 
@@ -116,8 +123,10 @@ class Loop:
     def unwatch(self, fd: int) -> None:
         """Stop watching ``fd`` (before it is closed). Unknown descriptors are ignored."""
         if self.handlers.pop(fd, None) is not None:
-            with contextlib.suppress(OSError, ValueError):
+            try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
                 self.epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
 
     def add_reader(self, fd: int, callback: Callable[..., Any], *args: Any) -> None:
         """Call ``callback(*args)`` whenever ``fd`` is readable."""
@@ -151,8 +160,10 @@ class Loop:
 
     def _wake(self) -> None:
         # A full pipe means a wake-up is pending anyway; a closed one, a closed loop.
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
             os.write(self._wake_w, b"\0")
+        except OSError:
+            pass
 
     def _drain_wake(self, _events: int) -> None:
         try:

@@ -16,20 +16,23 @@ held replies, in order. A failed fsync keeps them held and is retried.
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import errno
 import os
 import select
-import socket
 import sys
-from typing import Any
 
 from cmdstalk_py.server import commands
 from cmdstalk_py.server.conn import INPUT_LIMIT, RECV_SIZE, WRITE_HIGH, ServerConn
 from cmdstalk_py.server.engine import Engine
-from cmdstalk_py.server.journal import DurableJournal
-from cmdstalk_py.server.listen import open_listener
+from cmdstalk_py.server.listen import bind_listener
 from cmdstalk_py.server.loop import Loop, Timer
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cmdstalk_py.server.journal import DurableJournal
 
 __all__ = ["INPUT_LIMIT", "WRITE_HIGH", "Server", "ServerConn", "describe"]
 
@@ -55,7 +58,7 @@ class Server:
         self.loop = loop
         #: Open connections by socket descriptor.
         self.connections: dict[int, ServerConn] = {}
-        self.listeners: list[socket.socket] = []
+        self.listeners: list[_socket.socket] = []
         self.unix_paths: list[str] = []
         #: Every read lands here first (one server, one thread: no one else writes it).
         self.recv_buffer = memoryview(bytearray(RECV_SIZE))
@@ -81,31 +84,33 @@ class Server:
 
     def listen_tcp(self, host: str, port: int) -> tuple[str, int]:
         """Listen on ``host:port`` (0: any free port); returns the bound address."""
-        sock = open_listener(host, port)
+        sock = bind_listener(host, port)
         self.listen_socket(sock)
         name = sock.getsockname()
         return name[0], name[1]
 
     def listen_unix(self, path: str) -> None:
         """Listen on a unix socket at ``path`` (a stale socket file is replaced)."""
-        self.listen_socket(open_listener(f"unix:{path}", 0))
+        self.listen_socket(bind_listener(f"unix:{path}", 0))
 
-    def listen_socket(self, sock: socket.socket) -> str:
+    def listen_socket(self, sock: _socket.socket) -> str:
         """Serve on an already listening TCP or unix socket; returns where, for messages."""
         sock.setblocking(False)
         self.listeners.append(sock)
         self.loop.add_reader(sock.fileno(), self._accept, sock)
-        if sock.family == socket.AF_UNIX:
+        if sock.family == _socket.AF_UNIX:
             path = sock.getsockname()
             self.unix_paths.append(path)
             return str(path)
         host, port = sock.getsockname()[:2]
         return f"{host}:{port}"
 
-    def _accept(self, lsock: socket.socket) -> None:
+    def _accept(self, lsock: _socket.socket) -> None:
         for _ in range(_ACCEPTS_PER_EVENT):
             try:
-                sock, _addr = lsock.accept()
+                # What socket.socket.accept wraps: the socket module is not loaded here
+                # (start-up time), and _socket has no public accept.
+                fd, _addr = lsock._accept()  # type: ignore[attr-defined]
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
@@ -118,15 +123,18 @@ class Server:
                 self.loop.remove_reader(fd)
                 self.loop.call_later(ACCEPT_RETRY, self._resume_accepting, lsock)
                 return
+            sock = _socket.socket(lsock.family, lsock.type, lsock.proto, fd)
             sock.setblocking(False)
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if sock.family in (_socket.AF_INET, _socket.AF_INET6):
+                try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
+                    sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
             conn = ServerConn(self, sock)
             self.connections[conn.fd] = conn
             self.loop.watch(conn.fd, _IN, conn.on_events)
 
-    def _resume_accepting(self, lsock: socket.socket) -> None:
+    def _resume_accepting(self, lsock: _socket.socket) -> None:
         if not self.closed and lsock.fileno() >= 0:
             self.loop.add_reader(lsock.fileno(), self._accept, lsock)
 
@@ -138,6 +146,8 @@ class Server:
 
     def remove_unix_sockets(self) -> None:
         """Delete the socket files this server created."""
+        import contextlib  # only when shutting down
+
         for path in self.unix_paths:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -151,6 +161,8 @@ class Server:
         """Stop listening and drop every connection (idempotent)."""
         if self.closed:
             return
+        import contextlib  # only when shutting down
+
         for sock in self.listeners:
             with contextlib.suppress(OSError, ValueError):
                 self.loop.remove_reader(sock.fileno())

@@ -9,10 +9,13 @@ own timeout) gets one of these, or its job, through ``Engine.waiters``
 
 from __future__ import annotations
 
-import enum
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from enum import Enum
+else:
+    from cmdstalk_py.server.standins import Enum
 
-
-class Outcome(enum.Enum):
+class Outcome(Enum):
     """A transition that did not happen, or a reserve that ended without a job."""
 
     #: No such job, or not in a state (or not held by the connection) that allows it.

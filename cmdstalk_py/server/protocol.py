@@ -10,9 +10,6 @@ values are ``verbs``; both are re-exported here, as are the limits, for the pars
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
 from cmdstalk_py.client.names import TUBE_NAME_CHARS, is_tube_name
 
 # Re-exported: the parser's users read the limits, replies and command values from here.
@@ -91,12 +88,19 @@ from cmdstalk_py.server.verbs import Touch as Touch
 from cmdstalk_py.server.verbs import Use as Use
 from cmdstalk_py.server.verbs import Watch as Watch
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    #: A parser gets the whole line, where its arguments start, and the ``-z`` limit.
+    Parser = Callable[[bytes, int, int], Command]
+    #: A fast path gets what follows the first word; None: the general route decides.
+    _FastParser = Callable[[bytes, int], Command | None]
+
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 
 REJECT_BAD_FORMAT = Rejected(BAD_FORMAT)
-#: A parser gets the whole line, where its arguments start, and the ``-z`` limit.
-Parser = Callable[[bytes, int, int], Command]
 REJECT_UNKNOWN = Rejected(UNKNOWN_COMMAND)
 
 # --------------------------------------------------------------------------------------
@@ -288,22 +292,52 @@ _EXACT_LINES: dict[bytes, Command] = {
 }
 
 
-# Fast paths for the commonest well-formed lines; anything else takes the general route,
-# which gives the same answer for these lines too (checked in the tests).
-_FAST_PUT = re.compile(rb"put ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10})").fullmatch
-_FAST_ID = re.compile(
-    rb"(delete|touch|peek|reserve-job|kick-job|stats-job) ([0-9]{1,19})"
-).fullmatch
-_FAST_RWT = re.compile(rb"reserve-with-timeout ([0-9]{1,9})").fullmatch
-_ID_CLASSES: dict[bytes, type] = {
-    b"delete": Delete,
-    b"touch": Touch,
-    b"peek": Peek,
-    b"reserve-job": ReserveJob,
-    b"kick-job": KickJob,
-    b"stats-job": StatsJob,
-}
+# Fast paths for the commonest well-formed lines, by first word: plain decimal numbers
+# (digits only, one space apart, short enough to need no overflow check beyond u32 for
+# put); anything else they leave (None) to the general route, which gives the same answer
+# for these lines too (checked in the tests).
 _new = tuple.__new__
+
+
+def _fast_put(rest: bytes, max_job_size: int) -> Command | None:
+    args = rest.split(b" ")
+    if len(args) != 4 or not b"".join(args).isdigit():
+        return None
+    a, b, c, d = args
+    if not (0 < len(a) <= 10 and 0 < len(b) <= 10 and 0 < len(c) <= 10 and 0 < len(d) <= 10):
+        return None
+    pri, delay, ttr, size = int(a), int(b), int(c), int(d)
+    if pri > U32_MAX or delay > U32_MAX or ttr > U32_MAX or size > U32_MAX:
+        return REJECT_BAD_FORMAT
+    if size > max_job_size:
+        return Rejected(JOB_TOO_BIG, "put", size + 2)
+    return _new(Put, (pri, delay, ttr, size))
+
+
+def _fast_id(cls: type) -> _FastParser:
+    def parse(rest: bytes, max_job_size: int) -> Command | None:
+        # 19 digits always fit in a u64.
+        if rest.isdigit() and len(rest) <= 19:
+            return _new(cls, (int(rest),))
+        return None
+
+    return parse
+
+
+def _fast_rwt(rest: bytes, max_job_size: int) -> Command | None:
+    if rest.isdigit() and len(rest) <= 9:
+        return _new(Reserve, (int(rest), True))
+    return None
+
+
+_FAST: dict[bytes, _FastParser] = {
+    b"put": _fast_put,
+    b"reserve-with-timeout": _fast_rwt,
+    **{word: _fast_id(cls) for word, cls in (
+        (b"delete", Delete), (b"touch", Touch), (b"peek", Peek), (b"reserve-job", ReserveJob),
+        (b"kick-job", KickJob), (b"stats-job", StatsJob),
+    )},
+}
 
 
 def parse_command(line: bytes, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Command:
@@ -315,23 +349,12 @@ def parse_command(line: bytes, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Comm
     exact = _EXACT_LINES.get(line)
     if exact is not None:
         return exact
-    m = _FAST_PUT(line)
-    if m is not None:
-        a, b, c, d = m.groups()
-        pri, delay, ttr, size = int(a), int(b), int(c), int(d)
-        if pri <= U32_MAX and delay <= U32_MAX and ttr <= U32_MAX and size <= U32_MAX:
-            if size > max_job_size:
-                return Rejected(JOB_TOO_BIG, "put", size + 2)
-            return _new(Put, (pri, delay, ttr, size))
-        return REJECT_BAD_FORMAT
-    m = _FAST_ID(line)
-    if m is not None:
-        # 19 digits always fit in a u64.
-        word, digits = m.groups()
-        return _new(_ID_CLASSES[word], (int(digits),))
-    m = _FAST_RWT(line)
-    if m is not None:
-        return _new(Reserve, (int(m.group(1)), True))
+    word, _, rest = line.partition(b" ")
+    fast = _FAST.get(word)
+    if fast is not None:
+        cmd = fast(rest, max_job_size)
+        if cmd is not None:
+            return cmd
     return _parse_general(line, max_job_size)
 
 

@@ -7,8 +7,7 @@ these bytes. Re-exported by :mod:`cmdstalk_py.server.protocol`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import signal
-import socket
 import sys
-from typing import TYPE_CHECKING, Protocol
 
 from cmdstalk_py.server.assembly import Assembly
 from cmdstalk_py.server.config import ServerConfig
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    import signal
+    from _socket import socket
+    from typing import Protocol
+
     from cmdstalk_py.server.binlog.fsops import FileOps
+else:
+    import _signal as signal  # without signal.py's enums (start-up time)
+
+    Protocol = object  # SignalFlags is for mypy; at run time, a plain class
 
 
 class SignalFlags(Protocol):
@@ -22,7 +28,7 @@ class SignalFlags(Protocol):
 
 
 def serve(
-    sock: socket.socket,
+    sock: socket,
     config: ServerConfig,
     early: SignalFlags,
     verbose: int = 0,
@@ -58,7 +64,7 @@ def serve(
 
 
 def _open(
-    sock: socket.socket, config: ServerConfig, verbose: int, file_ops: FileOps | None
+    sock: socket, config: ServerConfig, verbose: int, file_ops: FileOps | None
 ) -> Assembly | None:
     if config.binlog_dir is None:
         return Assembly.open(config)

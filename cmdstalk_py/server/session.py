@@ -8,10 +8,9 @@ when it asks (``Engine.reserve``) and while it already waits (woken at
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cmdstalk_py.server.outcome import DEADLINE_SOON, TIMED_OUT, Outcome
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from cmdstalk_py.server.job import Job
     from cmdstalk_py.server.tube import Tube
@@ -29,6 +28,7 @@ class Session:
 
     __slots__ = (
         "closed",
+        "incoming",
         "owner",
         "producer",
         "reserved",
@@ -62,6 +62,8 @@ class Session:
         # Sequence number of this waiter's live alarm (timeout or DEADLINE_SOON margin).
         self.wake_seq = -1
         self.producer = False
+        # The put whose body is on its way: (job id, creation time) taken at its line.
+        self.incoming: tuple[int, float] | None = None
         self.worker = False
         self.closed = False
         # The network layer's connection object, opaque to the engine.

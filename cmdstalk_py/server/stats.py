@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import NamedTuple
 
 from cmdstalk_py.server.job import Job
 from cmdstalk_py.server.tube import Tube
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from cmdstalk_py.server.standins import NamedTuple
 
 #: The cmd-* counters, in the order ``stats`` prints them.
 CMD_COUNTERS = (

@@ -8,12 +8,11 @@ that state needs (end of delay, TTR) and takes it out again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cmdstalk_py.server.alarms import DELAY, TTR, Alarms
 from cmdstalk_py.server.job import DELAYED, READY, RESERVED, URGENT_THRESHOLD, Job, JobState
 from cmdstalk_py.server.tube import TubeSet
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from cmdstalk_py.server.session import Session
     from cmdstalk_py.server.tube import Tube

@@ -3,14 +3,14 @@ the set of live tubes with the connections' references to them (use, watch, igno
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
-
 from cmdstalk_py.server.heap import Heap
 from cmdstalk_py.server.job import Job
 from cmdstalk_py.server.ready import ReadyQueue
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from cmdstalk_py.server.session import Session
 
 
@@ -42,7 +42,7 @@ class Tube:
         self.name = name
         self.ready = ReadyQueue(jobs)
         # Keyed by (deadline, id): earliest first, ties by id.
-        self.delayed: Heap[Job] = Heap()
+        self.delayed = Heap()
         # Insertion-ordered: the oldest buried job first; O(1) removal from anywhere.
         self.buried: dict[Job, None] = {}
         # Connections blocked in a reserve that watch this tube, first come first served.

@@ -6,7 +6,12 @@ Parsed by :mod:`cmdstalk_py.server.protocol`, executed by
 
 from __future__ import annotations
 
-from typing import NamedTuple
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from cmdstalk_py.server.standins import NamedTuple
+
 
 # --------------------------------------------------------------------------------------
 

@@ -19,13 +19,13 @@ for the network layer (:meth:`Waiters.take`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
 from cmdstalk_py.server.alarms import WAIT, Alarms
 from cmdstalk_py.server.tube import best_ready
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cmdstalk_py.server.job import Job
     from cmdstalk_py.server.outcome import Outcome
     from cmdstalk_py.server.session import Session

@@ -27,3 +27,4 @@ class Extras:
     reload: Callable[[], Sequence[Config]] | None = None
     http: str | None = None  # the dashboard's HOST:PORT
     http_token: str | None = None
+    http_allow_host: tuple[str, ...] = ()  # Host names the dashboard answers besides its own

@@ -65,5 +65,14 @@ http_options = stack(
             help="Enable the dashboard's actions (kick, delete, pause, drain) for POSTs "
             "carrying this token; prefer the environment variable to keep it out of ps.",
         ),
+        option(
+            "--http-allow-host",
+            env="HTTP_ALLOW_HOST",
+            multiple=True,
+            metavar="NAME",
+            help="A Host name the dashboard answers besides the address it listens on (and "
+            "localhost on loopback): the name in the browser's address bar. Repeatable; "
+            "other names are refused (DNS rebinding).",
+        ),
     ]
 )

@@ -139,7 +139,7 @@ def _start_dashboard(
         dashboard = start_dashboard(
             extras.http, board, served, supervisor.dispatcher.tubes,
             supervisor.request_stop, extras.http_token, connections,
-            exporter.render if exporter is not None else None,
+            exporter.render if exporter is not None else None, extras.http_allow_host,
         )  # fmt: skip
     except (ValueError, OSError) as e:
         raise click.BadParameter(str(e), param_hint="--http") from None

@@ -67,10 +67,10 @@ def post(url: str, body: dict[str, Any], token: str | None) -> tuple[int, Any]:
 
 
 class Supervised:
-    """A running ``cmdstalk --http`` and its dashboard's base URL."""
+    """A running ``cmdstalk --http`` and its dashboard's base URL and port."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str) -> None:
-        self.proc, self.url = proc, url
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, port: int) -> None:
+        self.proc, self.url, self.port = proc, url, port
 
     def state(self) -> dict[str, Any]:
         status, state = get(self.url + "api/state")
@@ -83,12 +83,18 @@ class Supervised:
 
 @contextmanager
 def supervised(
-    server: BeanstalkServer, tmp_path: Path, token: str | None = TOKEN, *args: str
+    server: BeanstalkServer,
+    tmp_path: Path,
+    token: str | None = TOKEN,
+    *args: str,
+    nofile: int | None = None,
+    http_host: str = "127.0.0.1",
 ) -> Iterator[Supervised]:
-    """``cmdstalk --http`` on tube ``work`` (2 brokers), ready once its page answers."""
+    """``cmdstalk --http`` on tube ``work`` (2 brokers), ready once its page answers;
+    ``nofile``: its RLIMIT_NOFILE; ``http_host``: the address its dashboard listens on."""
     argv = ["--address", server.address, "--tubes", "work", "--per-tube", "2",
             "--cmd", JOB, "--bury-exit-codes", "3", "--shutdown-timeout", "1", *args]  # fmt: skip
-    with _started(argv, tmp_path, token) as sup:
+    with _started(argv, tmp_path, token, nofile, http_host) as sup:
         yield sup
 
 
@@ -133,18 +139,27 @@ def supervised_pools(server: BeanstalkServer, tmp_path: Path, pools: str) -> Ite
 
 
 @contextmanager
-def _started(args: list[str], tmp_path: Path, token: str | None) -> Iterator[Supervised]:
+def _started(
+    args: list[str],
+    tmp_path: Path,
+    token: str | None,
+    nofile: int | None = None,
+    http_host: str = "127.0.0.1",
+) -> Iterator[Supervised]:
     port = free_port()
     env = base_env() | ({"CMDSTALK_HTTP_TOKEN": token} if token else {})
-    argv = [CMDSTALK, *args, "--http", f"127.0.0.1:{port}"]
+    host = f"[{http_host}]" if ":" in http_host else http_host
+    argv = [CMDSTALK, *args, "--http", f"{host}:{port}"]
+    if nofile is not None:  # as a unit without LimitNOFILE= runs it: systemd's 1024
+        argv = ["sh", "-c", f'ulimit -n {nofile} && exec "$0" "$@"', *argv]
     with open(tmp_path / "cmdstalk.err", "wb") as err:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}/"
+    url = f"http://{host}:{port}/"
     try:
         wait_until(lambda: proc.poll() is not None or _answers(url), timeout=30,
                    message="the dashboard")  # fmt: skip
         assert proc.poll() is None, (tmp_path / "cmdstalk.err").read_text()
-        yield Supervised(proc, url)
+        yield Supervised(proc, url, port)
     finally:
         stop_process(proc)
 

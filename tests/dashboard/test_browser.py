@@ -2,8 +2,10 @@
 
 It checks what an operator sees: a running job whose elapsed time advances, a failure with
 its stderr tail (hostile markup shown as text, never run), an action refused without the
-token and carried out with it. The screenshot it takes is README's (``docs/dashboard.png``,
-rewritten when ``CMDSTALK_UPDATE_SCREENSHOT=1``).
+token and carried out with it, its answer in view of the button however far down the page
+it is, a kicked job's row without its buttons, a drain that asks first; and that a page of
+another name made to resolve to 127.0.0.1 (DNS rebinding) reads nothing. The screenshot it
+takes is README's (``docs/dashboard.png``, rewritten when ``CMDSTALK_UPDATE_SCREENSHOT=1``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from tests.helpers import BeanstalkServer, wait_until
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
+REBOUND = "127.0.0.1.rebind.example"  # resolved to 127.0.0.1, as a rebinding page's name
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"]  # fmt: skip
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "dashboard.png"
 
 
@@ -83,6 +87,19 @@ def test_dashboard_in_chromium(
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         if os.environ.get("CMDSTALK_UPDATE_SCREENSHOT") == "1":
             shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
+        _drain_asks_first(page, sup)
+
+
+def test_a_rebound_name_reads_nothing(
+    real_beanstalkd: BeanstalkServer, tmp_path: Path, page: Any
+) -> None:
+    with supervised(real_beanstalkd, tmp_path) as sup:
+        port = sup.url.rsplit(":", 1)[1].rstrip("/")
+        reply = page.goto(f"http://{REBOUND}:{port}/api/state")
+        assert reply.status == 403 and "running" not in reply.text()
+        assert page.goto(f"http://{REBOUND}:{port}/").status == 403
+        page.goto(f"http://localhost:{port}/")  # the operator's own name for it still works
+        page.locator("#state", has_text="running").wait_for(timeout=30_000)
 
 
 def test_each_pool_and_limit_on_the_page(
@@ -115,13 +132,55 @@ def test_a_second_servers_row_on_the_page(tmp_path: Path, page: Any) -> None:
             page.screenshot(path=str(tmp_path / "servers.png"), full_page=True)
 
 
+def _in_view(page: Any, selector: str) -> bool:
+    box = page.locator(selector).bounding_box()
+    height = page.viewport_size["height"]
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
+
+
 def _refused_then_done(page: Any, sup: Supervised, job_id: int) -> None:
+    # A short window: the failure's row is far below the top, as on a busy supervisor.
+    page.set_viewport_size({"width": 1280, "height": 300})
     kick = page.locator(f"#finished tbody tr[data-job='{job_id}'] button", has_text="kick")
-    kick.first.click()
+    kick.first.click()  # scrolled into view first, as an operator would
     _wait_text(page, "#action-result", "refused (403)")
+    assert _in_view(page, "#action-result") and _in_view(page, "#token")
     page.fill("#token", TOKEN)
     kick = page.locator(f"#finished tbody tr[data-job='{job_id}'] button", has_text="kick")
     kick.first.click()
     _wait_text(page, "#action-result", f"kicked job {job_id}")
-    # Kicked, it ran again and failed again: the page shows its second burial.
+    assert _in_view(page, "#action-result")
+    # The kicked burial's row says so and offers nothing more.
+    row = page.locator(f"#finished tbody tr[data-job='{job_id}']",
+                       has=page.locator("td.action", has_text="kicked"))  # fmt: skip
+    row.first.wait_for(timeout=30_000)
+    assert row.first.locator("button").count() == 0
+    # Kicked, it ran again and failed again: the page shows its second burial, which
+    # offers its buttons again.
     wait_until(lambda: len(sup.state()["finished"]) == 2, timeout=30, message="the rerun")
+    page.set_viewport_size({"width": 1280, "height": 860})
+    again = page.locator(f"#finished tbody tr[data-job='{job_id}'] button", has_text="kick")
+    again.first.wait_for(timeout=30_000)
+
+
+def _next_poll(page: Any) -> None:
+    before = page.text_content("#updated")
+    wait_until(lambda: page.text_content("#updated") != before, timeout=30,
+               message="the page's next poll")  # fmt: skip
+
+
+def _drain_asks_first(page: Any, sup: Supervised) -> None:
+    drains: list[str] = []
+    page.on("request", lambda r: drains.append(r.url) if "/actions/drain" in r.url else None)
+    page.click("#drain")
+    page.locator("#drain-confirm").wait_for(state="visible", timeout=30_000)
+    page.click("#drain-no")
+    page.locator("#drain-confirm").wait_for(state="hidden", timeout=30_000)
+    # Two of the page's polls later, still not asked to drain.
+    for _ in range(2):
+        _next_poll(page)
+    assert drains == [] and sup.state()["supervisor"]["state"] == "running"
+    page.click("#drain")
+    page.click("#drain-yes")
+    _wait_text(page, "#action-result", "draining")
+    assert sup.proc.wait(timeout=60) == 0

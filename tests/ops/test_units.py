@@ -58,6 +58,8 @@ def test_worker_unit_settings() -> None:
     assert 0 < seconds(svc["WatchdogSec"]) <= 120
     assert svc["NoNewPrivileges"] == "yes" and svc["ProtectSystem"] == "full"
     assert svc["PrivateTmp"] == "yes"
+    # systemd's default soft limit (1024) is what a flood of idle sockets used up (issue 27)
+    assert int(svc["LimitNOFILE"]) >= 65536
     argv = exec_argv(read_unit(WORKER_UNIT), "pool", {})
     assert argv[0] == f"{SHIPPED_BIN}/cmdstalk"
     assert f"/var/log/{svc['LogsDirectory']}/pool.events.jsonl" in argv

@@ -36,13 +36,13 @@ class Proc:
         """kill -9: nothing is closed, nothing flushed by the server."""
         with suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self.proc.wait(timeout=60)
 
     def stop(self) -> int:
         """SIGTERM; the exit status (beanstalkd dies of the signal: reported as 0)."""
         with suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
-        status = self.proc.wait(timeout=10)
+        status = self.proc.wait(timeout=60)
         return 0 if self.kind == "beanstalkd" and status == -signal.SIGTERM else status
 
     def stderr(self) -> str:
@@ -95,7 +95,7 @@ class Conn:
     """A raw protocol connection with a reply reader."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
         self.buf = b""
 
     def close(self) -> None:

@@ -137,6 +137,35 @@ def test_ids_never_repeat_across_graceful_restarts(kind: str, tmp_path: Path) ->
         assert int(st["binlog-oldest-index"]) > 1
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_ids_taken_at_put_lines_come_back_after_a_crash(kind: str, tmp_path: Path) -> None:
+    # A put takes its id at its line: jobs reach the log out of id order, with a gap.
+    with server(kind, tmp_path, "-f", "0") as first:
+        early, other, gone = Conn(first.port), Conn(first.port), Conn(first.port)
+
+        def put_lines_read(count: int) -> Callable[[], bool]:
+            return lambda: other.yaml(b"stats")["cmd-put"] == str(count)
+
+        early.sock.sendall(b"put 0 0 60 1\r\n")
+        wait_until(put_lines_read(1), timeout=60, message="the early put line read")
+        assert other.put(b"B") == 2
+        assert early.do(b"A")[0] == b"INSERTED 1"
+        gone.sock.sendall(b"put 0 0 60 3\r\nxy")
+        wait_until(put_lines_read(3), timeout=60, message="the unfinished put line read")
+        gone.close()  # id 3 is used up, and its job never existed
+        assert other.put(b"C") == 4
+        first.crash()
+    with server(kind, tmp_path, "-f", "0") as second:
+        c = Conn(second.port)
+        assert [c.do(b"peek %d" % i) for i in (1, 2, 3, 4)] == [
+            (b"FOUND 1 1", b"A"), (b"FOUND 2 1", b"B"), (b"NOT_FOUND", None), (b"FOUND 4 1", b"C")
+        ]
+        # Equal priorities: by id, whatever order the log holds them in.
+        assert [c.do(b"reserve-with-timeout 0")[1] for _ in range(3)] == [b"A", b"B", b"C"]
+        assert c.put(b"new") == 5
+        c.close()
+
+
 def test_recovery_is_logged_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
     with server("bundled", tmp_path, "-f", "0") as proc:
         c = Conn(proc.port)
@@ -204,7 +233,7 @@ def test_disk_errors_are_answered_and_survived(tmp_path: Path) -> None:
         c.sock.settimeout(1.0)
         with pytest.raises(TimeoutError):
             c.reply()
-        c.sock.settimeout(20)
+        c.sock.settimeout(60)
         ops.clear()
         assert c.reply() == (b"INSERTED 4", None)
         c.close()
@@ -298,10 +327,10 @@ def test_f50_syncs_on_the_timer_and_F_never(tmp_path: Path) -> None:
     with EmbeddedServer(binlog_dir=str(tmp_path / "f50"), fsync_ms=50, file_ops=ops) as srv:
         c = Conn(srv.address[1])
         c.put(b"a")
-        wait_until(lambda: ops.fsyncs > 0, timeout=5, message="first fsync")
+        wait_until(lambda: ops.fsyncs > 0, timeout=60, message="first fsync")
         before = ops.fsyncs
         c.put(b"b")  # most likely within 50 ms of the first fsync: the timer's turn
-        wait_until(lambda: ops.fsyncs > before, timeout=5, message="timer-driven fsync")
+        wait_until(lambda: ops.fsyncs > before, timeout=60, message="timer-driven fsync")
         c.close()
     ops = FaultyOps(str(tmp_path / "never"))
     with EmbeddedServer(binlog_dir=str(tmp_path / "never"), fsync_never=True,

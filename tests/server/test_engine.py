@@ -579,3 +579,58 @@ def test_ready_queue_survives_stale_entries_and_duplicates(w: World) -> None:
     got = [w.reserved_id(w.do(c, "reserve-with-timeout 0")) for _ in range(len(left))]
     assert got == left
     assert w.do(c, "reserve-with-timeout 0") == p.TIMED_OUT
+
+
+# ------------------------------------------------------------------ what comes first (#27)
+
+
+def test_a_put_takes_its_id_at_its_line(w: World) -> None:
+    early, late = w.connect(), w.connect()
+    line = p.parse_command(b"put 0 0 60 1")
+    assert isinstance(line, p.Put)
+    assert commands.execute(w.engine, early, line, w.clock.now) is None  # its body comes later
+    assert w.put(late, body=b"B") == 2
+    w.clock.now += 3
+    assert commands.put_body(w.engine, early, line, b"A\r\n", w.clock.now, True) == (
+        b"INSERTED 1\r\n")
+    assert w.yaml(late, "stats-job 1")["age"] == "3"  # created at its line, too
+    # Equal priorities: the put begun first is reserved first.
+    assert w.reserved_id(w.do(late, "reserve-with-timeout 0")) == 1
+
+
+def test_a_closed_connection_uses_its_puts_id_up(w: World) -> None:
+    gone, other = w.connect(), w.connect()
+    line = p.parse_command(b"put 0 0 60 5")
+    assert commands.execute(w.engine, gone, line, w.clock.now) is None
+    w.engine.disconnect(gone, w.clock.now)
+    assert w.put(other) == 2
+    assert w.stats(other)["current-producers"] == "1"
+
+
+def test_a_zero_pause_is_over_for_the_next_reserve(w: World) -> None:
+    c = w.connect()
+    w.put(c)
+    assert w.do(c, "pause-tube default 0") == b"PAUSED\r\n"
+    # No tick in between, as within one read.
+    assert w.reserved_id(w.do(c, "reserve-with-timeout 0")) == 1
+
+
+def test_a_pause_whose_time_came_serves_its_waiters_before_a_reserve(w: World) -> None:
+    waiter, late = w.connect(), w.connect()
+    w.put(waiter)
+    w.do(waiter, "pause-tube default 5")
+    assert w.do(waiter, "reserve") is None
+    w.clock.now += 5  # the pause is due, its alarm not handled yet
+    assert w.do(late, "reserve-with-timeout 0") == b"TIMED_OUT\r\n"
+    assert [(s, w.reserved_id(r)) for s, r in w.deliveries()] == [(waiter, 1)]
+
+
+def test_deadline_soon_beats_timed_out_beside_a_paused_ready_job(w: World) -> None:
+    c = w.connect()
+    w.put(c, ttr=1)
+    w.reserved_id(w.do(c, "reserve-with-timeout 0"))
+    w.do(c, "pause-tube default 5")
+    w.put(c)
+    assert w.do(c, "reserve-with-timeout 0") == b"DEADLINE_SOON\r\n"
+    w.engine.tick(w.clock.now)
+    assert w.deliveries() == []  # answered already, nothing left waiting

@@ -1,8 +1,11 @@
 """Fairness under pipelining (issue #16 item 10), on real server processes and sockets.
 
 A client that pipelines thousands of commands in one write must not hold up the others:
-the server serves its connections in turn, a bounded amount of work each. And a command's
-cost must not grow with the connection's state: ``watch`` of many tubes stays linear.
+the server serves its connections in turn, a bounded amount of work each, so another
+client is answered again and again while the burst runs. Large states (many tubes
+watched, many reservations held) give the right replies. How long anything takes, and
+whether a command's cost grows with the connection's state, is measured by
+``benchmarks/server.py --fairness`` (tested to run here), never asserted.
 """
 
 from __future__ import annotations
@@ -54,20 +57,12 @@ def real_kind() -> Any:
     return kind
 
 
-def read_lines(
-    sock: socket.socket, count: int, deadline: float, server: Any = None, cpu: float = 0.0
-) -> bytes:
-    """``count`` reply lines, or fail at ``deadline`` (monotonic) or once ``server`` has
-    used ``cpu`` seconds of CPU on them: a cost that does not depend on how busy the
-    machine is, where the wall clock does."""
+def read_lines(sock: socket.socket, count: int, deadline: float) -> bytes:
+    """``count`` reply lines, or fail at ``deadline`` (monotonic): a hang, not slowness."""
     data = b""
-    cpu_at_start = server.cpu_seconds() if server is not None else 0.0
     while (seen := data.count(b"\r\n")) < count:
         left = deadline - time.monotonic()
         assert left > 0, f"{seen} of {count} replies before the deadline"
-        if server is not None:
-            used = server.cpu_seconds() - cpu_at_start
-            assert used < cpu, f"{seen} of {count} replies after {used:.1f} s of server CPU"
         sock.settimeout(min(left, 0.5))
         try:
             chunk = sock.recv(1 << 20)
@@ -78,41 +73,37 @@ def read_lines(
     return data
 
 
-def test_watching_many_tubes_costs_the_same_per_tube() -> None:
-    # Each watch looked its tube up in the connection's watch list: quadratic, 100,000
-    # watches took a minute of CPU. Linear, they take a second or two.
+def test_watching_many_tubes_answers_every_watch() -> None:
     count = 100_000
     burst = b"".join(b"watch t-%d\r\n" % i for i in range(count))
     with running(BUNDLED) as server, socket.create_connection(server.address) as sock:
-        replies = pipeline(sock, burst, count, server, cpu=15.0)
+        replies = pipeline(sock, burst, count)
         assert replies.endswith(b"WATCHING %d\r\n" % (count + 1))
         sock.sendall(b"list-tubes-watched\r\n")
-        head = read_lines(sock, 1, time.monotonic() + 10.0)
+        head = read_lines(sock, 1, time.monotonic() + HANG)
         assert head.startswith(b"OK ")
 
 
-def pipeline(sock: socket.socket, data: bytes, replies: int, server: Any, cpu: float) -> bytes:
-    """Write ``data`` from a thread while reading its ``replies`` lines here, within ``cpu``
-    seconds of the server's CPU (and a wall-clock bound against a hang)."""
+def pipeline(sock: socket.socket, data: bytes, replies: int) -> bytes:
+    """Write ``data`` from a thread while reading its ``replies`` lines here."""
     writer = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
     writer.start()
     try:
-        return read_lines(sock, replies, time.monotonic() + HANG, server, cpu)
+        return read_lines(sock, replies, time.monotonic() + HANG)
     finally:
         writer.join(HANG)
 
 
-def test_polling_while_holding_many_reservations_costs_the_same_per_poll() -> None:
+def test_polling_while_holding_many_reservations_answers_every_poll() -> None:
     # Each reserve that finds no job asks whether a reservation is about to time out
-    # (DEADLINE_SOON); that was a scan of all of them, so polling while holding many was
-    # quadratic (20,000 polls holding 20,000 jobs: half a minute of CPU).
+    # (DEADLINE_SOON): with 20,000 held, none is.
     count = 20_000
     poll = b"reserve-with-timeout 0\r\n" * count
     with running(BUNDLED) as server, socket.create_connection(server.address) as sock:
-        pipeline(sock, b"put 0 0 600 1\r\nx\r\n" * count, count, server, cpu=30.0)
-        reserved = pipeline(sock, poll, 2 * count, server, cpu=30.0)
+        pipeline(sock, b"put 0 0 600 1\r\nx\r\n" * count, count)
+        reserved = pipeline(sock, poll, 2 * count)
         assert reserved.count(b"RESERVED ") == count
-        polls = pipeline(sock, poll, count, server, cpu=5.0)
+        polls = pipeline(sock, poll, count)
         assert polls == b"TIMED_OUT\r\n" * count
 
 
@@ -126,7 +117,7 @@ def watch_script_replies(kind: Any) -> bytes:
     with running(kind) as server, socket.create_connection(server.address) as sock:
         sock.sendall(WATCH_SCRIPT)
         # One CRLF per reply, and one more ending list-tubes-watched's YAML body.
-        return read_lines(sock, WATCH_SCRIPT.count(b"\r\n") + 1, time.monotonic() + 10.0)
+        return read_lines(sock, WATCH_SCRIPT.count(b"\r\n") + 1, time.monotonic() + HANG)
 
 
 @needs_beanstalkd
@@ -135,27 +126,22 @@ def test_watch_and_ignore_keep_beanstalkds_order() -> None:
     assert watch_script_replies(BUNDLED) == watch_script_replies(real_kind())
 
 
-@needs_beanstalkd
 @pytest.mark.slow
 def test_a_pipelined_burst_does_not_hold_up_another_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The burst watches 2,000 tubes, then polls them all 5,000 times in the same write:
     # each reserve scans every watched tube (beanstalkd's does too). Before, the server ran
-    # every command of a read (256 kB) before it looked at anyone else, and the other
-    # client waited seconds; now each connection gets a bounded turn.
+    # every command of a read (256 kB) before it looked at anyone else: the other client
+    # was answered once or twice while the burst ran. Now each connection gets a bounded
+    # turn (256 commands at most), and the other client is answered between turns.
     tubes, polls = 2_000, 5_000
     watches = b"".join(b"watch w-%d\r\n" % i for i in range(tubes))
     polls_only = server_fairness.burst_bytes
     monkeypatch.setattr(server_fairness, "burst_bytes", lambda b, n: watches + polls_only(b, polls))
-    waits: dict[str, float] = {}
-    for kind in (real_kind(), BUNDLED):
-        with running(kind) as server:
-            sample = measure(server.address, "reserve-with-timeout 0", tubes + polls)
-            waits[kind.name] = sample.probe_worst
-    # The real beanstalkd's figure on this machine, now, is the yardstick; the floor keeps
-    # scheduling noise on a busy machine from deciding.
-    assert waits["bundled"] <= max(2 * waits["beanstalkd"], 0.5), waits
+    with running(BUNDLED) as server:
+        sample = measure(server.address, "reserve-with-timeout 0", tubes + polls)
+    assert sample.probe_requests >= 10, sample
 
 
 @needs_beanstalkd
@@ -165,6 +151,10 @@ def test_fairness_benchmark_runs() -> None:
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("worst wait, ")]
+    lines = proc.stdout.splitlines()
+    rows = [line for line in lines if line.startswith("worst wait, ")]
     assert len(rows) == 2, proc.stdout
     assert all(" ms " in row and ("PASS" in row or "FAIL" in row) for row in rows), rows
+    scaling = [line for line in lines if line.startswith("cpu/cmd, ")]
+    assert len(scaling) == 2, proc.stdout
+    assert all(("PASS" in row) != ("FAIL" in row) for row in scaling), scaling

@@ -28,7 +28,7 @@ def short_dir() -> Iterator[str]:
 
 def answers(path: str) -> bool:
     with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(10)
+        s.settimeout(60)
         try:
             s.connect(path)
         except OSError:
@@ -38,7 +38,7 @@ def answers(path: str) -> bool:
 
 def refused(proc: subprocess.Popen[str]) -> str:
     """The one stderr line of a server that must exit 1 at once (it must not serve)."""
-    wait_until(lambda: proc.poll() is not None, timeout=20, message="the server to give up")
+    wait_until(lambda: proc.poll() is not None, timeout=60, message="the server to give up")
     assert proc.returncode == 1
     _, err = proc.communicate()
     lines = err.strip().splitlines()
@@ -62,7 +62,7 @@ def test_the_socket_of_a_running_server_is_refused_and_kept() -> None:
     with short_dir() as d:
         path = os.path.join(d, "s.sock")
         with server_process("-l", f"unix:{path}"):
-            wait_until(lambda: answers(path), timeout=10, message="the first server")
+            wait_until(lambda: answers(path), timeout=60, message="the first server")
             inode = os.stat(path).st_ino
             with server_process("-l", f"unix:{path}") as second:
                 line = refused(second)
@@ -77,9 +77,9 @@ def test_a_stale_socket_file_is_replaced() -> None:
         with socket.socket(socket.AF_UNIX) as gone:
             gone.bind(path)  # closed without unlinking, as by a server killed -9
         with server_process("-l", f"unix:{path}") as proc:
-            wait_until(lambda: answers(path), timeout=10, message="the new server")
+            wait_until(lambda: answers(path), timeout=60, message="the new server")
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=10) == 0
+            assert proc.wait(timeout=60) == 0
         assert not os.path.exists(path)
 
 
@@ -89,7 +89,7 @@ def test_a_server_refused_by_the_binlog_lock_never_touches_the_running_servers_s
     with short_dir() as d:
         path, binlog = os.path.join(d, "s.sock"), os.path.join(d, "binlog")
         with server_process("-l", f"unix:{path}", "-b", binlog) as first:
-            wait_until(lambda: answers(path), timeout=20, message="the first server")
+            wait_until(lambda: answers(path), timeout=60, message="the first server")
             inode = os.stat(path).st_ino
             with server_process("-l", f"unix:{path}", "-b", binlog) as second:
                 line = refused(second)

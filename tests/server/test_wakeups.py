@@ -20,7 +20,7 @@ class Peer:
     """A raw client socket reading one reply at a time (data chunks included)."""
 
     def __init__(self, srv: EmbeddedServer) -> None:
-        self.sock = socket.create_connection(srv.address, timeout=10)
+        self.sock = socket.create_connection(srv.address, timeout=60)
         self.buf = b""
 
     def _fill(self) -> None:
@@ -77,7 +77,7 @@ def peers(srv: EmbeddedServer) -> Iterator[tuple[Peer, Peer]]:
 def block(worker: Peer, other: Peer, line: bytes = b"reserve") -> None:
     """Send ``line`` (a reserve) from ``worker`` and wait until the server has it waiting."""
     worker.send(line)
-    wait_until(lambda: b"current-waiting: 1\n" in other.ask(b"stats"), timeout=10,
+    wait_until(lambda: b"current-waiting: 1\n" in other.ask(b"stats"), timeout=60,
                message="the worker waiting")
 
 

@@ -1,7 +1,9 @@
 """The supervisor's live dashboard, ``cmdstalk --http HOST:PORT`` (stdlib only).
 
 Imported only when ``--http`` is given: ``cmdstalk --help`` and a supervisor without it never
-load ``http.server``.
+load any of it. It runs on an asyncio event loop (the caller's, or its own in one thread) and
+may never cost the jobs anything: connections, descriptors, bytes, time, CPU and log lines
+are all bounded.
 
 Modules:
 
@@ -15,8 +17,18 @@ Modules:
 - ``actions``: ``Actions``, what a token holder may do: kick a buried job, delete a job,
   pause a tube (each on a server it names, one the supervisor serves), drain this
   supervisor.
-- ``server``: ``Dashboard``: the ``ThreadingHTTPServer``, its routes (``/``, ``/static/…``,
-  ``/api/…``, ``/metrics``), the token check and the browser-facing headers.
+- ``server``: ``Dashboard``: its routes (``/``, ``/static/…``, ``/api/…``, ``/metrics``),
+  the token check, the browser-facing headers, the loop it runs on.
+- ``listener``: ``Listener``, the HTTP/1.1 connections on the loop: accepts, reads a
+  request, answers, keeps alive, each bounded.
+- ``wire``: ``parse_head`` and ``render``: a request's bytes in, a response's bytes out (no
+  socket).
+- ``hosts``: ``HostCheck``, the ``Host`` headers answered (DNS rebinding).
+- ``admission``: ``Admission`` (the connection cap, descriptors left for jobs) and
+  ``Budget`` (accepts and requests per second).
+- ``snapshots``: ``Snapshots``, each ``/api`` part rendered at most twice a second.
+- ``offload``: ``Offload``, daemon threads for what blocks (stats, actions), awaited.
+- ``throttle``: ``LogThrottle``, one log line per kind of client trouble per 10 s.
 - ``static/``: the page, its script and its style, served from the package (no CDN).
 """
 

@@ -1,8 +1,9 @@
 """``Board``: what the dashboard knows about jobs, fed by the supervisor's Observer hooks.
 
-Brokers call the hooks from their threads; pages read snapshots from the server's threads;
-one lock guards both, held only to copy. Everything from a job (its output, its stderr
-tail) is kept as text decoded with replacement and is escaped by the page, never trusted.
+Brokers call the hooks from their threads; the dashboard reads snapshots from its own
+threads (``offload``); one lock guards both, held only to copy. Everything from a job (its
+output, its stderr tail) is kept as text decoded with replacement and is escaped by the
+page, never trusted.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from cmdstalk_py.client.names import DEFAULT_PORT, parse_address
 from cmdstalk_py.ops.eventlog import signal_name
 from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.supervisor.results import JobResult, Outcome
@@ -49,8 +51,29 @@ class Running:
         }
 
 
-def finished_json(r: JobResult) -> dict[str, Any]:
+@dataclass
+class Finished:
+    """One finished job, and what a dashboard action did to it since (``kicked``,
+    ``deleted``): the page offers no second kick of a job already kicked."""
+
+    result: JobResult
+    acted: str | None = None
+
+    def of(self, address: tuple[str, int], job_id: int) -> bool:
+        """Whether this is job ``job_id`` of the server at ``address``."""
+        if self.result.job_id != job_id:
+            return False
+        if not self.result.server:  # none recorded: the job can only be the one server's
+            return True
+        try:
+            return parse_address(self.result.server, DEFAULT_PORT) == address
+        except ValueError:
+            return False
+
+
+def finished_json(f: Finished) -> dict[str, Any]:
     """A finished job as the page shows it."""
+    r = f.result
     tail = r.stderr_tail.rstrip("\n").split("\n")[-TAIL_LINES:] if r.stderr_tail else []
     return {
         "tube": r.tube,
@@ -66,6 +89,7 @@ def finished_json(r: JobResult) -> dict[str, Any]:
         "release_delay": r.release_delay,
         "stderr_tail": [line[:LINE_CHARS] for line in tail],
         "error": r.error,
+        "acted": f.acted,
     }
 
 
@@ -81,7 +105,7 @@ class Board(Observer):
         self._lock = threading.Lock()
         self._running: dict[tuple[str, int], Running] = {}
         self._by_job: dict[tuple[str, int, int], Running] = {}
-        self._finished: deque[JobResult] = deque(maxlen=FINISHED)
+        self._finished: deque[Finished] = deque(maxlen=FINISHED)
         self._reconnects: dict[str, tuple[int, float]] = {}
         self.state = "starting"
 
@@ -114,7 +138,15 @@ class Board(Observer):
 
     def job_finished(self, result: JobResult) -> None:
         with self._lock:
-            self._finished.append(result)
+            self._finished.append(Finished(result))
+
+    def acted(self, address: tuple[str, int], job_id: int, what: str) -> None:
+        """A dashboard action ``what`` (kicked, deleted) was done to job ``job_id`` of the
+        server at ``address``: the rows it has now say so (a later failure is a new row)."""
+        with self._lock:
+            for finished in self._finished:
+                if finished.of(address, job_id):
+                    finished.acted = what
 
     def reconnected(self, where: str, address: str) -> None:
         with self._lock:
@@ -140,11 +172,12 @@ class Board(Observer):
 
     def finished(self) -> list[dict[str, Any]]:
         """The latest finished jobs, failures first, newest first within each."""
-        with self._lock:
-            results = list(self._finished)
+        with self._lock:  # copies only: the brokers' hooks wait on this lock
+            copies = [Finished(f.result, f.acted) for f in self._finished]
+        results = [finished_json(f) for f in copies]
         results.reverse()
-        results.sort(key=lambda r: r.outcome is Outcome.DELETED)  # stable: keeps newest first
-        return [finished_json(r) for r in results]
+        results.sort(key=lambda r: not r["failed"])  # stable: keeps newest first
+        return results
 
     def reconnects(self) -> dict[str, tuple[int, float]]:
         """Reconnections per broker (``tube:slot``) or dispatcher: (count, last time)."""

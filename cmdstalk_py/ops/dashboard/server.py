@@ -6,30 +6,42 @@ Routes: ``GET /`` the page, ``/static/…`` its script and style (from the packa
 ``POST /api/actions/{kick,delete,pause,drain}`` with ``X-Cmdstalk-Token``; kick, delete
 and pause take ``server`` (``host:port``, one the supervisor serves; optional with one).
 
+It runs on an asyncio event loop it is given, or on its own loop in one thread
+(``cmdstalk-dashboard``) when given none; ``listener`` bounds what clients may take,
+``snapshots`` renders each part at most twice a second, ``offload`` keeps everything that
+blocks (a server's stats, an action's connection) off the loop.
+
 What a page shows comes from jobs, which are attacker-controlled: the page builds every
 element with ``textContent`` and the Content-Security-Policy allows no inline script and
 nothing from elsewhere. Actions are refused (403) without a configured token, with a wrong
 one, and by any method but POST; a custom header means another site's page cannot send
-one (it would need a CORS preflight, which this server never grants). On a loopback
-address, a ``Host`` other than a loopback name is refused (DNS rebinding).
+one (it would need a CORS preflight, which this server never grants). A ``Host`` that does
+not name the dashboard is refused (``hosts``: DNS rebinding).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from importlib import resources
 from typing import Any
 
 from cmdstalk_py.ops.dashboard.actions import ActionError, Actions
 from cmdstalk_py.ops.dashboard.board import Board
+from cmdstalk_py.ops.dashboard.hosts import HostCheck
+from cmdstalk_py.ops.dashboard.listener import Listener, error_response
+from cmdstalk_py.ops.dashboard.offload import Offload
 from cmdstalk_py.ops.dashboard.queues import Queues
+from cmdstalk_py.ops.dashboard.snapshots import Rendered, Snapshots
+from cmdstalk_py.ops.dashboard.throttle import LogThrottle
+from cmdstalk_py.ops.dashboard.wire import Request, Response
 from cmdstalk_py.ops.metrics import parse_hostport
 from cmdstalk_py.ops.observers import Observer
 
@@ -48,16 +60,19 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-TOKEN_HEADER = "X-Cmdstalk-Token"
-MAX_BODY = 4096
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+TOKEN_HEADER = "x-cmdstalk-token"
+BACKLOG = 1024  # connections waiting in the kernel cost the process no descriptor
+CLOSE_TIMEOUT = 5.0
 
 
 class Dashboard(Observer):
     """Serves the dashboard on ``listen`` (HOST:PORT, ``:PORT`` = 127.0.0.1) until closed.
 
     ``board`` must be added to the supervisor's observers (``start_dashboard`` does not);
-    ``connections()`` lists the brokers' connections; ``metrics`` renders ``/metrics``.
+    ``connections()`` lists the brokers' connections; ``metrics`` renders ``/metrics``;
+    ``allow_hosts``: names a ``Host`` header may give besides the listening address's.
+    On ``loop`` when given (from any thread, running or not yet), else on its own loop in
+    a thread of its own. The socket is bound before this returns: OSError if it cannot be.
     """
 
     def __init__(
@@ -69,20 +84,38 @@ class Dashboard(Observer):
         token: str | None,
         connections: Callable[[], list[dict[str, Any]]],
         metrics: Callable[[], tuple[bytes, str]] | None = None,
+        allow_hosts: Iterable[str] = (),
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         host, port = parse_hostport(listen)
         self.board, self.queues, self.actions = board, queues, actions
         self.token = token or None
         self.connections = connections
         self.metrics = metrics
-        self._server = _Server((host, port), self)
-        bound = self._server.server_address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        bound = sock.getsockname()
         self.address: tuple[str, int] = (str(bound[0]), int(bound[1]))
-        self.loopback = host in LOOPBACK_NAMES or host.startswith("127.")
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="cmdstalk-dashboard", daemon=True
-        )
-        self._thread.start()
+        try:
+            self.hosts = HostCheck(host, self.address[0], allow_hosts)
+        except ValueError:
+            sock.close()
+            raise
+        self._static = {path: (_asset(name), kind) for path, (name, kind) in STATIC.items()}
+        self._offload = Offload()
+        self.snapshots = Snapshots(self._parts(), self._offload)
+        self._throttle = LogThrottle(log)
+        self.listener = Listener(sock, self.respond, HEADERS)
+        self._thread: threading.Thread | None = None
+        self.closed = False
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            loop.set_exception_handler(self._loop_error)
+            self._thread = threading.Thread(target=loop.run_forever, name="cmdstalk-dashboard",
+                                            daemon=True)  # fmt: skip
+            self._thread.start()
+        self.loop = loop
+        loop.call_soon_threadsafe(self.listener.start)
 
     @property
     def url(self) -> str:
@@ -120,16 +153,35 @@ class Dashboard(Observer):
                            "reconnects": None, "last_reconnect": None})  # fmt: skip
         return states
 
+    def _parts(self) -> dict[str, Callable[[], Rendered]]:
+        """What ``/api/NAME`` (and ``/metrics``) render, each off the loop."""
+        parts: dict[str, Callable[[], Any]] = {
+            "state": self.state,
+            "running": self.board.running,
+            "finished": self.board.finished,
+            "tubes": self.queues.snapshot,
+            "connections": self.connection_states,
+        }
+        rendered: dict[str, Callable[[], Rendered]] = {
+            name: partial(_json_rendering, part) for name, part in parts.items()
+        }
+        if self.metrics is not None:
+            rendered["metrics"] = self.metrics
+        return rendered
+
     def act(self, name: str, body: dict[str, Any]) -> str:
-        """Carry out action ``name``; ``ActionError`` when refused or failed."""
+        """Carry out action ``name`` (blocking: off the loop); ``ActionError`` when refused
+        or failed. A job kicked or deleted loses its buttons on the page."""
         try:
             server = body.get("server")
             if server is not None and not isinstance(server, str):
                 raise ValueError("server must be a string, host:port")
-            if name == "kick":
-                return self.actions.kick(int(body["job_id"]), server)
-            if name == "delete":
-                return self.actions.delete(int(body["job_id"]), server)
+            if name in ("kick", "delete"):
+                job_id = int(body["job_id"])
+                message = getattr(self.actions, name)(job_id, server)
+                target = self.actions.server(server)
+                self.board.acted(target.address, job_id, "kicked" if name == "kick" else "deleted")
+                return str(message)
             if name == "pause":
                 return self.actions.pause(str(body["tube"]), int(body["seconds"]), server)
         except (KeyError, TypeError, ValueError) as e:
@@ -140,12 +192,92 @@ class Dashboard(Observer):
             return self.actions.drain()
         raise ActionError(404, f"no action {name}")
 
+    # -- serving (on the loop) -------------------------------------------------------------
+
+    async def respond(self, request: Request) -> Response:
+        """The answer to ``request``."""
+        if not self.hosts.allows(request.headers.get("host")):
+            return error_response(403, "unexpected Host header")
+        if request.method in ("GET", "HEAD"):
+            return await self._get(request.path)
+        if request.method == "POST":
+            return await self._post(request)
+        return _with_allow(error_response(405, "GET, HEAD or POST"), "GET, HEAD, POST")
+
+    async def _get(self, path: str) -> Response:
+        if path in self._static:
+            body, kind = self._static[path]
+            return Response(200, body, kind)
+        if path.startswith("/api/actions/"):
+            return _with_allow(error_response(405, "actions take POST"), "POST")
+        name = _part(path)
+        if name not in self.snapshots.parts:
+            return error_response(404, "not found")
+        try:
+            body, kind = await self.snapshots.get(name)
+        except Exception as e:  # a part's bug: a 500 and one line per 10 s, not a dead loop
+            self._throttle.log("render", logging.ERROR, "dashboard: rendering %s failed: %r",
+                               path, e, exc_info=e)  # fmt: skip
+            return error_response(500, f"rendering {path} failed")
+        return Response(200, body, kind)
+
+    async def _post(self, request: Request) -> Response:
+        if not request.path.startswith("/api/actions/"):
+            return error_response(404, "not found")
+        if self.token is None:
+            return error_response(403, "actions are disabled (start cmdstalk with --http-token)")
+        given = request.headers.get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode("utf-8")):
+            return error_response(403, "wrong or missing token")
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError:
+            return error_response(400, "bad request: not JSON")
+        if not isinstance(body, dict):
+            return error_response(400, "bad request: expected a JSON object")
+        name = request.path[len("/api/actions/"):]
+        try:
+            message = await self._offload.run(partial(self.act, name, body))
+        except ActionError as e:
+            return error_response(e.status, str(e))
+        finally:
+            self.snapshots.expire()  # the poll that follows shows what the action did
+        log.warning("dashboard action: %s", message)
+        return Response(200, json.dumps({"ok": True, "message": message}).encode("ascii"))
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        self._throttle.log("loop", logging.ERROR, "dashboard: %s%s", context.get("message"),
+                           f": {error!r}" if error else "", exc_info=error)  # fmt: skip
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop serving, on the loop (for a caller on the loop; ``close()`` otherwise)."""
+        self.closed = True
+        await self.listener.aclose()
+        self.snapshots.cancel()
+
     def close(self) -> None:
-        """Stop serving (the supervisor has stopped)."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        """Stop serving (the supervisor has stopped); again: nothing more."""
+        if not self.closed:
+            self._stop_serving()
+        self._offload.close()
         self.queues.close()
+
+    def _stop_serving(self) -> None:
+        try:
+            if self._thread is not None:  # our own loop: wait for it, then end it
+                done = asyncio.run_coroutine_threadsafe(self.aclose(), self.loop)
+                done.result(timeout=CLOSE_TIMEOUT)
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self._thread.join(timeout=CLOSE_TIMEOUT)
+                self.loop.close()
+            else:  # the caller's loop: it may be this very thread's, so nothing to wait for
+                self.closed = True
+                self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self.aclose()))
+        except (RuntimeError, TimeoutError) as e:  # a loop already closed, or wedged
+            log.warning("dashboard: closing: %r", e)
 
 
 def start_dashboard(
@@ -157,126 +289,33 @@ def start_dashboard(
     token: str | None,
     connections: Callable[[], list[dict[str, Any]]],
     metrics: Callable[[], tuple[bytes, str]] | None = None,
+    allow_hosts: Iterable[str] = (),
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Dashboard:
     """A dashboard on ``listen`` for the supervisor of ``tubes(server)`` on ``servers()``
     (``host:port`` each, the first one first; asked again at each look, as a reload may
-    change them). ValueError for a malformed ``listen``, OSError when it cannot be bound."""
+    change them), on ``loop`` or its own. ValueError for a malformed ``listen`` or
+    ``allow_hosts``, OSError when it cannot be bound."""
     queues = Queues(servers, tubes)
     return Dashboard(listen, board, queues, Actions(servers, tubes, drain), token,
-                     connections, metrics)  # fmt: skip
+                     connections, metrics, allow_hosts, loop)  # fmt: skip
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a page left open must not hold up the supervisor's exit
-
-    def __init__(self, address: tuple[str, int], dashboard: Dashboard) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.dashboard = dashboard
-        super().__init__(address, _Handler)
+def _asset(name: str) -> bytes:
+    return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
-def host_name(header: str) -> str:
-    """The name in a ``Host`` header, without its port (``[::1]:80`` → ``[::1]``)."""
-    if header.startswith("["):
-        return header.split("]", 1)[0] + "]"
-    return header.rsplit(":", 1)[0]
+def _json_rendering(part: Callable[[], Any]) -> Rendered:
+    return json.dumps(part()).encode("ascii"), "application/json"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "cmdstalk-dashboard"
-    protocol_version = "HTTP/1.1"
-    timeout = 60  # seconds a connection may sit silent: an idle keep-alive frees its thread
+def _part(path: str) -> str:
+    """The snapshot part ``path`` asks for ("" for none): ``/api/NAME`` or ``/metrics``."""
+    if path == "/metrics":
+        return "metrics"
+    name = path[len("/api/"):] if path.startswith("/api/") else ""
+    return name if name != "metrics" else ""
 
-    @property
-    def dashboard(self) -> Dashboard:
-        assert isinstance(self.server, _Server)
-        return self.server.dashboard
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        for name, value in HEADERS.items():
-            self.send_header(name, value)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, status: int, value: Any) -> None:
-        self._send(status, json.dumps(value).encode("ascii"), "application/json")
-
-    def _host_ok(self) -> bool:
-        if not self.dashboard.loopback:
-            return True
-        host = host_name(self.headers.get("Host") or "")
-        return host in LOOPBACK_NAMES or host.startswith("127.")
-
-    def do_GET(self) -> None:
-        if not self._host_ok():
-            self._json(403, {"error": "unexpected Host header"})
-            return
-        path = self.path.split("?", 1)[0]
-        if path in STATIC:
-            name, content_type = STATIC[path]
-            data = resources.files(__package__).joinpath("static", name).read_bytes()
-            self._send(200, data, content_type)
-        elif path.startswith("/api/actions/"):
-            self._json(405, {"error": "actions take POST"})
-        elif path.startswith("/api/"):
-            self._api(path[len("/api/"):])
-        elif path == "/metrics" and self.dashboard.metrics is not None:
-            body, content_type = self.dashboard.metrics()
-            self._send(200, body, content_type)
-        else:
-            self._json(404, {"error": "not found"})
-
-    do_HEAD = do_GET
-
-    def _api(self, name: str) -> None:
-        d = self.dashboard
-        parts: dict[str, Callable[[], Any]] = {
-            "state": d.state,
-            "running": d.board.running,
-            "finished": d.board.finished,
-            "tubes": d.queues.snapshot,
-            "connections": d.connection_states,
-        }
-        if name not in parts:
-            self._json(404, {"error": "not found"})
-            return
-        self._json(200, parts[name]())
-
-    def do_POST(self) -> None:
-        if not self._host_ok():
-            self._json(403, {"error": "unexpected Host header"})
-            return
-        path = self.path.split("?", 1)[0]
-        length = int(self.headers.get("Content-Length") or 0)
-        if not path.startswith("/api/actions/") or not 0 <= length <= MAX_BODY:
-            self.close_connection = True
-            self._json(404 if length <= MAX_BODY else 413, {"error": "not found"})
-            return
-        raw = self.rfile.read(length)
-        token = self.dashboard.token
-        given = self.headers.get(TOKEN_HEADER) or ""
-        if token is None:
-            self._json(403, {"error": "actions are disabled (start cmdstalk with --http-token)"})
-            return
-        if not hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8")):
-            self._json(403, {"error": "wrong or missing token"})
-            return
-        try:
-            body = json.loads(raw or b"{}")
-            if not isinstance(body, dict):
-                raise ActionError(400, "bad request: expected a JSON object")
-            message = self.dashboard.act(path[len("/api/actions/"):], body)
-        except ValueError:
-            self._json(400, {"error": "bad request: not JSON"})
-        except ActionError as e:
-            self._json(e.status, {"error": str(e)})
-        else:
-            log.warning("dashboard action: %s", message)
-            self._json(200, {"ok": True, "message": message})
+def _with_allow(response: Response, allow: str) -> Response:
+    return Response(response.status, response.body, response.content_type, {"Allow": allow})

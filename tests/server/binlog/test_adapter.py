@@ -169,3 +169,26 @@ def test_updates_persist_what_record_says(tmp_path: Path) -> None:
     journal.close()
     with Binlog(str(tmp_path), SYNC_EACH) as binlog:
         assert binlog.recovery.jobs == {1: expected}
+
+
+def test_jobs_logged_out_of_id_order_come_back(tmp_path: Path) -> None:
+    # A put takes its id at its line, so a later line's job may reach the log first.
+    first = Clock(mono=1000.0, wall=WALL0)
+    engine, journal = start(tmp_path, first)
+    early, late = engine.connect(), engine.connect()
+    line = p.parse_command(b"put 0 0 60 1")
+    assert isinstance(line, p.Put)
+    assert commands.execute(engine, early, line, first.now()) is None  # the body is late
+    first.mono += 5.0
+    assert run(engine, late, b"put 0 0 60 1", first.now(), b"B") == b"INSERTED 2\r\n"
+    assert commands.put_body(engine, early, line, b"A\r\n", first.now(), True) == (
+        b"INSERTED 1\r\n")
+    journal.tick(first.now())
+    journal.close()
+    second = Clock(mono=50.0, wall=WALL0 + 10.0)
+    engine, journal = start(tmp_path, second)
+    s = engine.connect()
+    assert [job_stats(engine, s, i, second.now())["age"] for i in (1, 2)] == ["10", "5"]
+    assert run(engine, s, b"reserve-with-timeout 0", second.now()) == b"RESERVED 1 1\r\nA\r\n"
+    assert run(engine, s, b"put 0 0 60 1", second.now(), b"C") == b"INSERTED 3\r\n"
+    journal.close()

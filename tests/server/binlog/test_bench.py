@@ -1,6 +1,8 @@
-"""Recovery time for a million jobs (target < 10 s); prints the figures it measures.
+"""A million jobs written and recovered intact; prints how long each took.
 
-Run alone: ``pytest tests/server/binlog/test_bench.py -m slow -s``.
+How fast recovery must be is benchmarks/server.py --durable's business (against beanstalkd
+recovering the same jobs in the same run). Run alone:
+``pytest tests/server/binlog/test_bench.py -m slow -s``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,5 @@ def test_recovery_of_a_million_jobs(tmp_path: Path) -> None:
     print(
         f"\nbinlog: appended {records} records ({size / 1e6:.0f} MB) in {append_s:.2f}s "
         f"({records / append_s:,.0f} records/s, no fsync); "
-        f"recovered {N_JOBS:,} jobs in {recovery_s:.2f}s (target < 10 s)"
+        f"recovered {N_JOBS:,} jobs in {recovery_s:.2f}s"
     )
-    # Generous for a loaded 2-core CI machine; the figure printed is what to report.
-    assert recovery_s < 30

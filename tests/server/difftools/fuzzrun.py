@@ -16,7 +16,7 @@ from tests.server.difftools.servers import Target
 # A reply to a command that cannot block arrives within milliseconds; past this we ask
 # the server (hidden stats) whether the connection is parked in a reserve.
 FIRST_LOOK = 0.1
-PATIENCE = 10.0
+PATIENCE = 60.0
 
 
 def _open(target: Target) -> wire.Conn:
@@ -88,7 +88,13 @@ class UnitRun:
         # Counted now, not inferred from ``blocked``: a put since may have handed a job
         # to a parked reserve, which then no longer waits (it stays in ``blocked``).
         waiting = int(self.hidden_stats()["current-waiting"]) if u.may_block else 0
+        puts = int(self.hidden_stats()["cmd-put"]) if u.opens_body else 0
         conn.send(u.data.replace(LAST_ID.encode(), last))
+        if u.opens_body:
+            self.await_put_line(puts + 1)
+        if u.hangs_up:
+            self.drop(u.conn)
+            return
         for _ in range(u.replies):
             ev = conn.read(FIRST_LOOK)
             if isinstance(ev, wire.Timeout) and u.may_block and self.waiting_is(waiting + 1):
@@ -104,6 +110,15 @@ class UnitRun:
         if u.closes:
             self.record(u.conn, conn.read(PATIENCE))
             self.drop(u.conn)
+
+    def await_put_line(self, count: int) -> None:
+        """Wait until the server has read a put line (``cmd-put`` counts it there)."""
+        deadline = time.monotonic() + PATIENCE
+        while int(self.hidden_stats()["cmd-put"]) < count:
+            if time.monotonic() > deadline:
+                self.problems.append(f"server never read the put line that makes {count}")
+                return
+            time.sleep(0.005)
 
     def drop(self, n: int) -> None:
         """Forget a connection the server closed, once the server has let it go too."""

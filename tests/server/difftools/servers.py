@@ -82,7 +82,7 @@ def real_beanstalkd(max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Iterator[Target
                    port: int = port) -> bool:
                 return proc.poll() is not None or _listening(ps, port)
 
-            wait_until(up, timeout=10, interval=0.002,
+            wait_until(up, timeout=60, interval=0.002,
                        message=f"beanstalkd listening on 127.0.0.1:{port}")
             if proc.poll() is not None:
                 continue
@@ -96,7 +96,7 @@ def real_beanstalkd(max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> Iterator[Target
             if proc.poll() is None:
                 proc.terminate()
                 try:
-                    proc.wait(timeout=5)
+                    proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()

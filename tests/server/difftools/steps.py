@@ -32,7 +32,7 @@ class Recv:
 
     conn: int
     wants: tuple[Want, ...]
-    within: float = 5.0
+    within: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Eof:
     """The server closes ``conn`` (after ``quit``, or after a half-close)."""
 
     conn: int
-    within: float = 5.0
+    within: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Poll:
     conn: int | None
     command: bytes
     until: Mapping[str, str]
-    timeout: float = 10.0
+    timeout: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -144,11 +144,11 @@ def send(conn: int, data: bytes | str) -> Send:
     return Send(conn, _b(data))
 
 
-def recv(conn: int, *wants: Want, within: float = 5.0) -> Recv:
+def recv(conn: int, *wants: Want, within: float = 30.0) -> Recv:
     return Recv(conn, wants, within)
 
 
-def tx(conn: int, data: bytes | str, *wants: Want, within: float = 5.0) -> list[Step]:
+def tx(conn: int, data: bytes | str, *wants: Want, within: float = 30.0) -> list[Step]:
     """Send ``data`` and read one reply per want."""
     return [Send(conn, _b(data)), Recv(conn, wants, within)]
 
@@ -177,7 +177,7 @@ def silent_since_mark(conn: int, window: float = 0.5) -> Silent:
     return Silent(conn, window, since_mark=True)
 
 
-def eof(conn: int, within: float = 5.0) -> Eof:
+def eof(conn: int, within: float = 30.0) -> Eof:
     return Eof(conn, within)
 
 
@@ -189,7 +189,7 @@ def half_close(conn: int) -> HalfClose:
     return HalfClose(conn)
 
 
-def poll(conn: int | None, command: str, until: Mapping[str, str], timeout: float = 10.0) -> Poll:
+def poll(conn: int | None, command: str, until: Mapping[str, str], timeout: float = 60.0) -> Poll:
     return Poll(conn, _b(command + "\r\n"), until, timeout)
 
 

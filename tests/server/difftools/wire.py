@@ -95,7 +95,7 @@ class Conn:
     """A raw client connection that reads replies with deadlines."""
 
     def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock = socket.create_connection((host, port), timeout=60)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.setblocking(False)
         self._buf = b""

@@ -75,11 +75,21 @@ function renderRunning(running) {
   }));
 }
 
-function actionButton(label, action, body) {
+// A kick or delete that succeeded takes the row's buttons with it: the job is no longer
+// buried there, and a second click could only be refused.
+function actionButton(label, action, body, done) {
   const button = el("button", label);
   button.type = "button";
-  button.addEventListener("click", () => act(action, body));
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    if (await act(action, body) && done) done(action);
+    else button.disabled = false;
+  });
   return button;
+}
+
+function acted(cell, what) {
+  cell.replaceChildren(el("span", what, "acted"));
 }
 
 // Each server's reachability on its own: one server down leaves the others' rows.
@@ -119,11 +129,14 @@ function renderFinished(finished) {
   fill("finished", finished.map((f) => {
     const how = f.exit_code !== null ? f.exit_code : (f.signal || "");
     const acts = el("td", null, "action");
-    if (f.outcome.endsWith("buried")) {
+    if (f.acted) {
+      acted(acts, f.acted);
+    } else if (f.outcome.endsWith("buried")) {
       // A job id means nothing without its server: the action names the job's own.
       const job = {job_id: f.job_id, server: f.server};
-      acts.appendChild(actionButton("kick", "kick", job));
-      acts.appendChild(actionButton("delete", "delete", job));
+      const done = (action) => acted(acts, action === "kick" ? "kicked" : "deleted");
+      acts.appendChild(actionButton("kick", "kick", job, done));
+      acts.appendChild(actionButton("delete", "delete", job, done));
     }
     const tail = f.error ? [...f.stderr_tail, "error: " + f.error] : f.stderr_tail;
     const tr = row([f.outcome, f.tube, td(f.server, "server"), td(f.slot, "num"),
@@ -161,10 +174,15 @@ function render(state) {
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
 }
 
+// The answer goes to the header, which stays in view: whichever button was pressed, the
+// operator sees what came of it. Resolves to whether the action was carried out.
 async function act(action, body) {
   const result = document.getElementById("action-result");
   const token = document.getElementById("token").value;
   sessionStorage.setItem("cmdstalk-token", token);
+  result.textContent = action + "…";
+  result.className = "muted";
+  let ok = false;
   try {
     const reply = await fetch("/api/actions/" + action, {
       method: "POST",
@@ -172,13 +190,22 @@ async function act(action, body) {
       body: JSON.stringify(body),
     });
     const data = await reply.json();
-    result.textContent = reply.ok ? data.message : "refused (" + reply.status + "): " + data.error;
-    result.className = reply.ok ? "" : "down";
+    ok = reply.ok;
+    result.textContent = ok ? data.message : "refused (" + reply.status + "): " + data.error;
+    result.className = ok ? "done" : "down";
   } catch (e) {
     result.textContent = "failed: " + e;
     result.className = "down";
   }
   poll();
+  return ok;
+}
+
+// Draining cannot be undone from here (the supervisor exits once its jobs are done): the
+// button only asks; the confirmation beside it acts.
+function askDrain(asking) {
+  document.getElementById("drain-confirm").hidden = !asking;
+  document.getElementById("drain").hidden = asking;
 }
 
 async function poll() {
@@ -192,7 +219,12 @@ async function poll() {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("token").value = sessionStorage.getItem("cmdstalk-token") || "";
-  document.getElementById("drain").addEventListener("click", () => act("drain", {}));
+  document.getElementById("drain").addEventListener("click", () => askDrain(true));
+  document.getElementById("drain-no").addEventListener("click", () => askDrain(false));
+  document.getElementById("drain-yes").addEventListener("click", () => {
+    askDrain(false);
+    act("drain", {});
+  });
   poll();
   setInterval(poll, POLL_MS);
 });

@@ -21,8 +21,12 @@ points of Go's. Go cmdstalk is built as ``idle.py`` builds it (``--go-cmdstalk P
 ``CMDSTALK_GO_BIN``, or from the snapshots under ``--go-sources``); without it, Go is
 skipped with the reason printed and no ratios.
 
+``--minimal`` adds the floor of an asyncio supervisor at this scale: a process with the same
+number of bare connections on one asyncio (and uvloop) loop, each watching its tube and
+waiting in ``reserve`` (``shapes_aio.reserve_everywhere``), measured the same way.
+
 Usage: ``python benchmarks/scale.py [--quick] [--tubes N] [--per-tube K] [--seconds S] [--only NAME]
-[--go-cmdstalk PATH]``
+[--minimal] [--go-cmdstalk PATH]``
 """
 
 from __future__ import annotations
@@ -41,8 +45,12 @@ from pathlib import Path
 
 from idle import cmdstalk_argv, cpu_seconds, go_cmdstalk, server_stats
 from server_procs import RunningServer, beanstalkd_kind, start_server
+from shapes_aio import uvloop_missing
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: ``--minimal``: the floor of an asyncio supervisor (shapes_aio.reserve_everywhere).
+MINIMAL = ("asyncio", "uvloop")
 READY_TIMEOUT = 600.0  # a thread per worker took ~14 s for 6,000 on a quiet 2-core machine
 READY_POLL = 0.05
 SETTLE = 1.0  # the start-up burst (connects, watches, discovery) is not idle cost
@@ -110,6 +118,8 @@ def _size(data: bytes) -> int:
 
 def supervisor_argv(name: str, address: str, per_tube: int, go_bin: str | None) -> list[str]:
     """Go's flags for both: ours accepts them as a drop-in."""
+    if name in MINIMAL:
+        return [sys.executable, str(HERE / "shapes_aio.py"), address, str(per_tube), name]
     flags = [f"-address={address}", "-all", f"-per-tube={per_tube}", "-cmd=cat"]
     return [go_bin, *flags] if name == "go" and go_bin else [*cmdstalk_argv(), *flags]
 
@@ -183,6 +193,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def label(name: str, per_tube: int) -> str:
+    if name in MINIMAL:
+        return f"{name} minimal, {per_tube} per tube"
     return f"{'Go cmdstalk' if name == 'go' else 'cmdstalk'} -all -per-tube={per_tube}"
 
 
@@ -218,6 +230,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=None, help="idle window (30)")
     p.add_argument("--only", choices=("cmdstalk", "go"), help="measure one supervisor")
     p.add_argument(
+        "--minimal",
+        action="store_true",
+        help="also N x K bare asyncio (and uvloop) connections waiting in reserve: the floor",
+    )
+    p.add_argument(
         "--go-cmdstalk",
         default=os.environ.get("CMDSTALK_GO_BIN"),
         help="a ready Go cmdstalk binary (or CMDSTALK_GO_BIN)",
@@ -240,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("scale benchmark skipped: beanstalkd not found (set BEANSTALKD_PATH)")
         return 0
     names = [args.only] if args.only else ["cmdstalk", "go"]
+    if args.minimal:
+        names += [name for name in MINIMAL if name == "asyncio" or not uvloop_missing()]
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         go_bin = None
         if "go" in names:

@@ -34,6 +34,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -442,3 +443,44 @@ class Workers:
     def _stopping(self) -> None:
         if not self.stop.done():
             self.stop.set_result(None)
+
+
+# -- at scale (scale.py --minimal) ------------------------------------------------------------
+
+#: Connections being set up at a time: all 6,000 at once overflow the listen backlog of the
+#: server, and a dropped SYN waits a second before it is sent again.
+CONNECTING = 256
+
+
+async def reserve_everywhere(host: str, port: int, per_tube: int) -> None:
+    """``per_tube`` connections per listed tube, each waiting in ``reserve`` for good: what
+    the asyncio shape costs at ``scale.py``'s scale with nothing else."""
+    loop = asyncio.get_running_loop()
+    _, lister = await loop.create_connection(ReplyProtocol, host, port)
+    _, body = await lister.request(b"list-tubes\r\n", b"OK", 1, True)
+    lister.close()
+    tubes = [line[2:].decode() for line in body.splitlines() if line.startswith(b"- ")]
+    connecting = asyncio.Semaphore(CONNECTING)
+
+    async def worker(tube: str) -> None:
+        async with connecting:
+            _, conn = await loop.create_connection(ReplyProtocol, host, port)
+            if tube != "default":
+                await watch_only(conn, tube)
+        await conn.request(b"reserve\r\n", b"RESERVED", 2, True)
+        raise RuntimeError(f"a job of {tube} became ready")
+
+    await asyncio.gather(*(worker(tube) for tube in tubes for _ in range(per_tube)))
+
+
+def main(argv: Sequence[str]) -> None:
+    """``python shapes_aio.py HOST:PORT PER_TUBE asyncio|uvloop``: ``reserve_everywhere``."""
+    address, per_tube, loop_name = argv
+    host, _, port = address.rpartition(":")
+    new_loop = new_uvloop if loop_name == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(reserve_everywhere(host, int(port), int(per_tube)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

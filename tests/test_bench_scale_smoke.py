@@ -1,5 +1,5 @@
-"""Smoke test of benchmarks/scale.py: a quick run prints its table (speed is not asserted),
-and its tube set-up leaves one delayed job in each tube."""
+"""Smoke test of benchmarks/scale.py: a quick run prints its table, the asyncio floor's row
+too (speed is not asserted), and its tube set-up leaves one delayed job in each tube."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 @pytest.mark.timeout(600)  # a shared machine's load stretches the run
 def test_quick_run_prints_the_table() -> None:
     out = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "scale.py"), "--quick"],
+        [sys.executable, str(BENCHMARKS / "scale.py"), "--quick", "--minimal"],
         capture_output=True, text=True, timeout=540, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -39,6 +39,7 @@ def test_quick_run_prints_the_table() -> None:
     # supervisor %, server %
     row = r" +42 +\d+\.\d\d +\d+ +\d+\.\d +\d+\.\d\d +\d+\.\d\d$"
     assert re.search(rf"^cmdstalk -all -per-tube=2{row}", table, re.M), out.stdout
+    assert re.search(rf"^asyncio minimal, 2 per tube{row}", table, re.M), out.stdout
     assert re.search(r"^targets: threads \d+ \(<= 16\)$", table, re.M), out.stdout
     if "skipped Go cmdstalk: " not in out.stdout:
         assert re.search(rf"^Go cmdstalk -all -per-tube=2{row}", table, re.M), out.stdout

@@ -66,9 +66,10 @@ def uvloop_missing() -> str | None:
 
 
 def new_uvloop() -> asyncio.AbstractEventLoop:
-    import uvloop
+    import uvloop  # optional: not a dependency (the shapes skip without it)
 
-    return uvloop.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
 
 
 class AsyncioReactor:

@@ -79,8 +79,11 @@ def test_a_pipe_nobody_reads_never_blocks_the_logging_thread(pipe: tuple[int, in
         lines = data.decode().splitlines()
         assert all(" INFO " in x or " WARNING " in x for x in lines)  # whole lines only
         notice = [x for x in lines if "log lines dropped" in x]
-        assert len(notice) == 1 and f" {dropped} log lines dropped" in notice[0]
-        assert lines[-2] == notice[0] and lines[-1].endswith("after the stall")
+        # Every drop is counted in a notice: one, or more when the writer thread got a
+        # turn while the flood went on (a busy machine's scheduling decides).
+        counts = [int(x.split(" WARNING ")[1].split(" log lines dropped")[0]) for x in notice]
+        assert notice and sum(counts) == dropped, notice
+        assert lines[-2] == notice[-1] and lines[-1].endswith("after the stall")
     finally:
         handler.close()
 

@@ -166,7 +166,8 @@ def test_a_plain_reserve_outlasts_the_io_timeout(beanstalk: BeanstalkServer) -> 
         try:
             await client.watch("aio-long")
             reply = client.reserve(None)
-            # Three I/O timeouts later the reserve still waits, and the connection is up.
+            # Three I/O timeouts later the reserve still waits, and the connection is up
+            # (an absence cannot be polled for: the time passing is what is tested).
             await asyncio.sleep(0.6)
             assert not reply.done()
             await asyncio.to_thread(producer.put, b"late")
@@ -223,7 +224,7 @@ def test_stop_cuts_a_connection_waiting_for_its_first_replies() -> None:
 
         async def session() -> BaseException | None:
             attempt = asyncio.ensure_future(connection.client())
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # it waits (for ever, but for stop()): nothing to poll
             assert not attempt.done()
             connection.stop()
             try:

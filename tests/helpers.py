@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import greenstalk
@@ -281,3 +284,18 @@ def busy_cores(count: int | None = None, limit: float = 600) -> Iterator[None]:
             with suppress(ProcessLookupError):
                 os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
+
+
+def load_bench(path: Path, name: str) -> ModuleType:
+    """A benchmark script under ``benchmarks/`` as a module named ``name`` (its sibling
+    modules importable while it loads), for its smoke test."""
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(path.parent))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,20 +9,13 @@ from types import ModuleType
 
 import pytest
 
+from tests import helpers
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "dashboard_attack.py"
 
 
 def load_bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH.parent))  # its sibling modules (server_procs)
-    try:
-        spec = importlib.util.spec_from_file_location("dashboard_attack_bench", BENCH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH.parent))
+    return helpers.load_bench(BENCH, "dashboard_attack_bench")
 
 
 def test_verdicts(capsys: pytest.CaptureFixture[str]) -> None:

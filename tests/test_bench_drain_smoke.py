@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,17 +9,14 @@ from types import ModuleType
 
 import pytest
 
+from tests import helpers
 from tests.helpers import beanstalkd_path
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "drain.py"
 
 
 def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("drain_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return helpers.load_bench(BENCH, "drain_bench")
 
 
 def test_polls_sparsely_until_the_last_jobs() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,20 +9,13 @@ from types import ModuleType
 
 import pytest
 
+from tests import helpers
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "idle.py"
 
 
 def load_bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH.parent))  # its sibling modules (server_procs)
-    try:
-        spec = importlib.util.spec_from_file_location("idle_bench", BENCH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH.parent))
+    return helpers.load_bench(BENCH, "idle_bench")
 
 
 def test_go_is_skipped_with_a_reason_when_it_cannot_be_had(tmp_path: Path) -> None:
@@ -39,7 +31,7 @@ def test_quick_run_prints_every_figure() -> None:
     out = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--seconds", "0.5"],
         capture_output=True, text=True, timeout=300, check=False,
-    )
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert any(line.startswith("bundled ") and "cmdstalk --per-tube 2" in line for line in lines)

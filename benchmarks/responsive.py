@@ -414,8 +414,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="20 sleepers, 2 rounds of 5 probes: a smoke run, not a figure")  # fmt: skip
     p.add_argument("--sleepers", type=int, default=None, help="commands running (500)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds of both conditions (3)")
-    p.add_argument("--probes", type=int, default=None, help="probes per condition and round (100)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of both conditions (4)")
+    p.add_argument("--probes", type=int, default=None, help="probes per condition and round (150)")
     p.add_argument("--gap", type=float, default=0.02, help="seconds between probes (jittered)")
     p.add_argument("--settle", type=float, default=None,
                    help="seconds after the sleepers or floods start (2; quick 0.5)")  # fmt: skip
@@ -426,8 +426,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     quick = args.quick
     args.sleepers = args.sleepers if args.sleepers is not None else (20 if quick else 500)
-    args.rounds = args.rounds or (2 if quick else 3)
-    args.probes = args.probes or (5 if quick else 100)
+    args.rounds = args.rounds or (2 if quick else 4)
+    args.probes = args.probes or (5 if quick else 150)
     args.settle = args.settle if args.settle is not None else (0.5 if quick else 2.0)
     return args
 

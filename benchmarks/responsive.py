@@ -76,6 +76,7 @@ class Condition:
     start_lag_s: list[float] = field(default_factory=list)  # floods: while they settle
     warnings: int = 0
     cpu_seconds: float = 0.0
+    waited_seconds: float = 0.0  # the loop's thread, runnable but not on a CPU
     wall_seconds: float = 0.0
     flood_bytes: dict[str, int] = field(default_factory=dict)
     flood_seconds: float = 0.0
@@ -86,6 +87,10 @@ class Condition:
     @property
     def cpu_percent(self) -> float:
         return 100 * self.cpu_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def waited_percent(self) -> float:
+        return 100 * self.waited_seconds / self.wall_seconds if self.wall_seconds else 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -171,6 +176,12 @@ def sleeping(proc: psutil.Process) -> int:
         except psutil.Error:
             continue  # gone meanwhile
     return count
+
+
+def loop_waited(pid: int) -> float:
+    """Seconds the supervisor's loop thread (its main thread) has waited on a run queue:
+    a hold the loop's lag counts that no code of ours caused (the machine is busy)."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 def tube_stat(client: greenstalk.Client[str], tube: str, key: str) -> int:
@@ -310,13 +321,14 @@ def run_condition(name: str, cond: Condition, probe: Probe, count: int, ps: psut
                   lag: LagWatch, log: Path) -> None:  # fmt: skip
     print(f"  {name}: {count} probes ...", flush=True)
     _, offset = warnings_in(log, 0)
-    cpu0, t0 = cpu_seconds(ps.pid), time.monotonic()
+    cpu0, waited0, t0 = cpu_seconds(ps.pid), loop_waited(ps.pid), time.monotonic()
     lag.samples = cond.lag_samples_s
     try:
         probe.run(count, cond)
     finally:
         lag.samples = None
     cond.cpu_seconds += cpu_seconds(ps.pid) - cpu0
+    cond.waited_seconds += loop_waited(ps.pid) - waited0
     cond.wall_seconds += time.monotonic() - t0
     time.sleep(0.6)  # the last lag warning of the condition reaches the log
     cond.warnings += warnings_in(log, offset)[0]
@@ -382,14 +394,14 @@ def report(quiet: Condition, floods: Condition, sleepers: int) -> bool:
     print(f"\nresponsiveness: {sleepers} commands running; put to start on an idle tube")
     print(f"{'condition':<10} {'probes':>6} {'late':>4} {'p50 ms':>7} {'p95 ms':>7} "
           f"{'p99 ms':>7} {'max ms':>7} {'lag max ms':>10} {'lag p50 ms':>10} "
-          f"{'warned':>6} {'cpu %':>6}")  # fmt: skip
+          f"{'warned':>6} {'cpu %':>6} {'wait %':>6}")  # fmt: skip
     for c in (quiet, floods):
         lags = c.lag_samples_s or [float("nan")]
         print(f"{c.name:<10} {len(c.latencies_ms):>6} {c.unstarted:>4} "
               f"{c.percentile(0.5):>7.1f} {c.percentile(0.95):>7.1f} "
               f"{c.percentile(0.99):>7.1f} {c.percentile(1.0):>7.1f} "
               f"{max(lags) * 1000:>10.1f} {statistics.median(lags) * 1000:>10.1f} "
-              f"{c.warnings:>6} {c.cpu_percent:>6.1f}")  # fmt: skip
+              f"{c.warnings:>6} {c.cpu_percent:>6.1f} {c.waited_percent:>6.1f}")  # fmt: skip
     if floods.flood_seconds:
         rates = ", ".join(f"{name} {b / floods.flood_seconds / 2**20:.1f} MiB/s"
                           for name, b in floods.flood_bytes.items())  # fmt: skip
@@ -404,7 +416,8 @@ def report(quiet: Condition, floods: Condition, sleepers: int) -> bool:
           f"started): {'PASS' if met else 'FAIL'}")  # fmt: skip
     print(
         "lag: cmdstalk_loop_lag_seconds, the longest the loop was held per 0.5 s; "
-        "warned: its 'event loop was held' log lines; cpu: the supervisor's, % of one core"
+        "warned: its 'event loop was held' log lines; cpu: the supervisor's, % of one core; "
+        "wait: its loop thread runnable but waiting for a CPU, % of the time"
     )
     return met
 

@@ -59,8 +59,9 @@ def test_quick_run_prints_both_conditions() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     table = out.stdout.split("responsiveness: 20 commands running")[1]
-    # condition, probes (2 rounds x 5), late, p50, p95, p99, max, lag max, lag p50, warned, cpu
-    row = r" +10 +0( +(\d+\.\d|nan)){6} +\d+ +\d+\.\d$"
+    # condition, probes (2 rounds x 5), late, p50, p95, p99, max, lag max, lag p50, warned,
+    # cpu, wait
+    row = r" +10 +0( +(\d+\.\d|nan)){6} +\d+ +\d+\.\d +\d+\.\d$"
     assert re.search(rf"^quiet{row}", table, re.M), out.stdout
     assert re.search(rf"^floods{row}", table, re.M), out.stdout
     assert re.search(r"^floods written .*: out \d+\.\d MiB/s, ctl \d+\.\d MiB/s$", table, re.M)

@@ -27,7 +27,7 @@ with floods within 2x of quiet's. Exit 0 when measured (``--strict``: 1 when the
 missed), 2 when something failed to start.
 
 Usage: ``python benchmarks/responsive.py [--quick] [--sleepers N] [--rounds R]
-[--probes N] [--gap S] [--strict]``
+[--probes N] [--gap S] [--settle S] [--keep DIR] [--strict]``
 """
 
 from __future__ import annotations

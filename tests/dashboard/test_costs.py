@@ -33,13 +33,18 @@ def test_a_jobs_memory_live_then_its_figures(beanstalk: BeanstalkServer, tmp_pat
     with supervised(beanstalk, tmp_path, None, "--max-memory", "1G") as sup:
         hog = producer.put(f"hog {done}".encode(), ttr=120)
 
+        seen: list[dict[str, Any] | None] = [None]
+
         def holding() -> dict[str, Any] | None:
-            job = _job(sup.running(), hog)
+            job = seen[0] = _job(sup.running(), hog)
             if job is None or not job["memory_bytes"] or job["memory_bytes"] < HOG_MB * MIB:
                 return None
             return job
 
-        job = wait_until(holding, timeout=30, message=f"{HOG_MB} MiB live on the running job")
+        try:
+            job = wait_until(holding, timeout=30, message=f"{HOG_MB} MiB live on the job")
+        except AssertionError as e:  # what the page showed last says which part failed
+            raise AssertionError(f"{e}; last seen {seen[0]}") from None
         assert job is not None and job["procs"] >= 1 and isinstance(job["cpu_s"], float), job
         done.touch()
         finished = wait_until(lambda: _job(sup.state()["finished"], hog), timeout=30,

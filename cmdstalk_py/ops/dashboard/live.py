@@ -29,7 +29,7 @@ INTERVAL = 1.0  # seconds a scan serves every viewer
 COST_RATIO = 20.0  # a scan that took T waits at least this × T before the next
 
 
-class Live(NamedTuple):
+class LiveFigures(NamedTuple):
     """A running job's tree now."""
 
     memory_bytes: int  # resident memory, summed over the live processes
@@ -37,16 +37,17 @@ class Live(NamedTuple):
     procs: int  # processes alive
 
 
-def live(procs: list[Stat]) -> Live | None:
+def figures_of(procs: list[Stat]) -> LiveFigures | None:
     """The figures of one tree, None when none of it was found."""
     if not procs:
         return None
     alive = [p for p in procs if not p.zombie]
-    return Live(sum(p.rss for p in alive), sum(p.cpu + p.reaped_cpu for p in procs), len(alive))
+    cpu = sum(p.cpu + p.reaped_cpu for p in procs)
+    return LiveFigures(sum(p.rss for p in alive), cpu, len(alive))
 
 
 class LiveUsage:
-    """``of(jobs)``: the ``Live`` figures (or None) of each ``(pid, started_at)``, from a
+    """``of(jobs)``: the ``LiveFigures`` (or None) of each ``(pid, started_at)``, from a
     scan of /proc at most ``interval`` seconds old (older when scans are expensive).
 
     ``read`` scans the process table; ``clock`` measures the interval and the cost,
@@ -68,9 +69,9 @@ class LiveUsage:
         self._began = 0.0  # clock time the scan began
         self._spent = 0.0  # seconds spent on this scan and the trees taken from it
         self._next = 0.0  # clock time before which no new scan is made
-        self._trees: dict[int, Live | None] = {}  # by pid, from this scan
+        self._trees: dict[int, LiveFigures | None] = {}  # by pid, from this scan
 
-    def of(self, jobs: Sequence[tuple[int, float]]) -> list[Live | None]:
+    def of(self, jobs: Sequence[tuple[int, float]]) -> list[LiveFigures | None]:
         if not jobs:
             return []  # nothing runs: no scan at all
         with self._lock:
@@ -92,9 +93,9 @@ class LiveUsage:
         self._spent, self._trees = 0.0, {}
         self.scans += 1
 
-    def _tree(self, pid: int, started_at: float) -> Live | None:
+    def _tree(self, pid: int, started_at: float) -> LiveFigures | None:
         if self._table is None or started_at > self._taken_at:
             return None
         if pid not in self._trees:
-            self._trees[pid] = live(tree(self._table, pid))
+            self._trees[pid] = figures_of(tree(self._table, pid))
         return self._trees[pid]

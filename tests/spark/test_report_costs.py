@@ -8,6 +8,7 @@ import datetime as dt
 import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ def write_log(path: Path, results: list[JobResult], old: list[JobResult]) -> Non
         log.close()
 
 
-def rank_value(values: list[float], p: float) -> float:
+def rank_value(values: Sequence[float], p: float) -> float:
     """The smallest value with at least p·n of the n values at or below it."""
     return sorted(values)[math.ceil(p * len(values)) - 1]
 

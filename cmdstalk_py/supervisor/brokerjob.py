@@ -30,6 +30,7 @@ from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.jobenv import job_environment
 from cmdstalk_py.supervisor.joblog import JobLog
 from cmdstalk_py.supervisor.jobrun import JobRun, killed_reason
+from cmdstalk_py.supervisor.looptime import give_way
 from cmdstalk_py.supervisor.policy import Decision, precheck
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 
@@ -181,6 +182,7 @@ class JobHandler:
         )
 
     async def _run(self, job: Job, stats: StatsJob, run: JobRun, hooks: JobHooks) -> ProcessResult:
+        await give_way()  # many jobs at once: their spawns spread over the loop's iterations
         env = job_environment(self.env, job.id, stats["tube"], stats, job.body)
         self.observer.broker_busy(self.tube, self.slot, True)
         budget = self.joblog.output_budget(job.id, self.config.output_rate)

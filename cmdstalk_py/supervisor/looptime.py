@@ -8,6 +8,11 @@ makes the supervisor's loop with a selector that times that span; ``TimedSelecto
 hands the longest since the last look (``lifecycle`` reports it as the loop's lag and warns
 past 100 ms). Two clock readings an iteration; no debug mode.
 
+``give_way`` bounds a burst: a job start (the spawn is the costliest step of a job) made
+when the loop has already run for ``GIVE_WAY_AFTER`` without a poll waits for the next
+iterations, so five hundred jobs arriving in one reply do not hold every kill point, pipe
+and timer behind five hundred spawns.
+
 ``Alarm`` is the periodic sleep of the supervisor's own tasks (the main coroutine,
 discovery): a timer and a future, where ``asyncio.timeout`` around an ``Event.wait`` would
 cancel the task, and raise and catch a ``CancelledError`` through it, at every quiet tick.
@@ -38,11 +43,18 @@ class TimedSelector(selectors.DefaultSelector):
         self._returned = time.monotonic()
         return events
 
+    def held(self) -> float:
+        """How long the loop has been running callbacks since its last poll, seconds."""
+        return 0.0 if self._returned is None else time.monotonic() - self._returned
+
     def take(self) -> float:
         """The longest the loop was held since the last call, seconds."""
         longest, self._longest = self._longest, 0.0
         return longest
 
+
+#: Seconds of callbacks after which a job start lets the loop poll first.
+GIVE_WAY_AFTER = 0.01
 
 _SELECTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (
     weakref.WeakKeyDictionary()
@@ -60,6 +72,19 @@ def new_loop() -> asyncio.AbstractEventLoop:
 def selector_of(loop: asyncio.AbstractEventLoop) -> TimedSelector | None:
     """The timing selector of a loop ``new_loop`` made (None for another loop)."""
     return _SELECTORS.get(loop)
+
+
+async def give_way() -> None:
+    """Return once the loop has polled within ``GIVE_WAY_AFTER`` seconds: at once, usually.
+
+    A task that finds the loop busy longer goes to the back of the line (``sleep(0)``),
+    again each iteration until it finds it fresh; so each iteration runs ``GIVE_WAY_AFTER``
+    seconds of job starts at most, and the timers and pipes due run in between. A loop
+    ``new_loop`` did not make is not timed: no waiting there.
+    """
+    selector = _SELECTORS.get(asyncio.get_running_loop())
+    while selector is not None and selector.held() > GIVE_WAY_AFTER:
+        await asyncio.sleep(0)
 
 
 class Alarm:

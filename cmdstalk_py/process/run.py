@@ -32,7 +32,7 @@ from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
 from cmdstalk_py.process.stdin import PayloadWriter
 from cmdstalk_py.process.switch import Switch
-from cmdstalk_py.process.usage import Limits, Sampler
+from cmdstalk_py.process.usage import NO_LIMITS, Limits, Sampler
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
 _READ_SIZE = 65536
@@ -86,8 +86,9 @@ async def run_command(
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
 
-    ``usage`` in the result is what the command's tree used (``usage.py``). With
-    ``limits``, the tree is sampled every ``usage.SAMPLE_INTERVAL`` seconds and a tree over
+    ``usage`` in the result is what the command's tree used (``usage.py``): the tree is
+    sampled every ``usage.ACCOUNT_INTERVAL`` seconds, from one interval after the spawn.
+    With ``limits``, every ``usage.SAMPLE_INTERVAL`` seconds from the spawn, and a tree over
     one is killed as at a deadline, ``killed`` saying which (memory, cpu, procs).
 
     With ``marker``, ``CMDSTALK_RUN`` (``marker.py``) joins the environment and kills also
@@ -127,8 +128,7 @@ async def run_command(
     )
     run.stop, run.stop_now, run.on_control = stop, stop_now, on_control
     run.on_spawned, run.on_started = on_spawned, on_started
-    if limits is not None and limits.any:
-        run.sampler = Sampler(child.pid, limits, loop.time())
+    run.sampler = Sampler(child.pid, limits or NO_LIMITS, loop.time())
     try:
         return await run.execute(reap_group)
     except BaseException:
@@ -173,7 +173,7 @@ class _Run:
         self.on_control: Callable[[bytes], None] | None = None
         self.status: int | None = None  # raw wait status once reaped
         self.usage = Usage()  # from the rusage once reaped
-        self.sampler: Sampler | None = None  # with limits: samples of the tree
+        self.sampler: Sampler | None = None  # samples of the tree (set before execute)
         self.reaped = False
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
         self.timer: asyncio.TimerHandle | None = None

@@ -2,10 +2,12 @@
 
 Two sources. At the exit, ``os.wait4`` gives the command's rusage (``from_rusage``): its
 peak resident memory and its user + system CPU, counting every descendant that was waited
-for; nearly free, so every run reports it. The peak is that of the largest single process,
-not of the tree's sum. While a limit is set, the tree is also sampled from /proc every
-``SAMPLE_INTERVAL`` seconds (``Sampler``): the sum of its processes' resident memory, its
-CPU and how many processes are alive; the figures of a run are then the larger of both.
+for; nearly free, so every run reports it (not its peak memory: see ``Usage.from_rusage``).
+And every run's tree is sampled from /proc (``Sampler``): the sum of its processes'
+resident memory, its CPU and how many processes are alive; the figures of a run are the
+larger of both. While a limit is set, every ``SAMPLE_INTERVAL`` seconds from the spawn;
+without one, every ``ACCOUNT_INTERVAL`` seconds from one interval after the spawn, so a
+command that ends sooner costs no scan at all (and its peak memory is not known).
 
 A sample reads ``/proc/PID/stat`` of every process on the host (one read each gives the
 parent, session, state, CPU and RSS), in ``kill.py``'s thread pool so that the loop never
@@ -33,6 +35,8 @@ from cmdstalk_py.process.result import KillReason, Usage
 #: long (plus the scan, plus ``escalation.SCAN_WAIT`` before the first signal) after the tree
 #: crossed it: the overshoot of ``--max-memory`` is what the tree allocates in that time.
 SAMPLE_INTERVAL = 0.1
+#: Seconds between two samples of a command without limits, for its figures only.
+ACCOUNT_INTERVAL = 1.0
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = float(os.sysconf("SC_CLK_TCK"))
@@ -49,6 +53,10 @@ class Limits:
     @property
     def any(self) -> bool:
         return self.memory is not None or self.cpu is not None or self.procs is not None
+
+
+#: A run without limits: sampled for its figures only.
+NO_LIMITS = Limits()
 
 
 class Stat(NamedTuple):
@@ -126,7 +134,7 @@ def _shared_scan(loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, St
 
 
 class Sampler:
-    """The /proc samples of one limited command's tree, and the limit it crossed.
+    """The /proc samples of one command's tree, and the limit it crossed.
 
     Owned by the run on its loop. ``due`` says when to sample next; ``start`` begins a
     sample (in the pool) and calls ``done`` with the limit crossed (or None) when it is in.
@@ -135,7 +143,10 @@ class Sampler:
     def __init__(self, leader: int, limits: Limits, now: float) -> None:
         self.leader = leader
         self.limits = limits
-        self.next = now  # the first sample at once: a limit may already be crossed
+        # With a limit, the first sample at once (a limit may already be crossed); without,
+        # a command shorter than one interval is never scanned.
+        self.interval = SAMPLE_INTERVAL if limits.any else ACCOUNT_INTERVAL
+        self.next = now if limits.any else now + self.interval
         self.pending: asyncio.Future[dict[int, Stat]] | None = None
         self.peak_memory = 0
         self.cpu = 0.0
@@ -161,7 +172,7 @@ class Sampler:
         if future is not self.pending:
             return  # cancelled (the run is over)
         self.pending = None
-        self.next = loop.time() + SAMPLE_INTERVAL
+        self.next = loop.time() + self.interval
         if future.cancelled() or future.exception() is not None:
             done(None)  # /proc unreadable this time: the next sample tries again
             return

@@ -16,6 +16,9 @@ tree is every descendant of the (unreaped) command plus every member of its sess
 left both (a double fork that ``setsid``-ed) is not counted: only a cgroup would see it.
 Resident memory counts shared pages once per process that maps them, so a tree of many
 small processes reads a little high.
+
+A limited run in its own cgroup (``cgroup.py``) is sampled from the cgroup's counters
+instead (``CgroupSampler``): every process it ever held counts, exactly.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.result import KillReason, Usage
+
+if TYPE_CHECKING:
+    from cmdstalk_py.process.cgroup import Figures, JobCgroup
 
 #: Seconds between two samples of a limited command's tree. A limit is caught at most this
 #: long (plus the scan, plus ``escalation.SCAN_WAIT`` before the first signal) after the tree
@@ -170,7 +176,9 @@ class Sampler:
         done: Callable[[KillReason | None], None],
     ) -> None:
         if future is not self.pending:
-            return  # cancelled (the run is over)
+            if not future.cancelled():
+                future.exception()  # the run is over: nobody reads it, not even an error
+            return
         self.pending = None
         self.next = loop.time() + self.interval
         if future.cancelled() or future.exception() is not None:
@@ -212,3 +220,82 @@ class Sampler:
 
     def close(self) -> None:
         self.pending = None  # a scan in flight may finish: nobody reads it
+
+
+class CgroupSampler:
+    """The samples of one limited command in its own cgroup (``cgroup.py``), the same
+    interface as ``Sampler``'s. The kernel bounds memory and processes; a sample reads
+    whether it had to (an OOM kill, a refused fork) and checks CPU against its limit."""
+
+    def __init__(self, job: JobCgroup, limits: Limits, now: float) -> None:
+        self.job = job
+        self.limits = limits
+        self.next = now
+        self.pending: asyncio.Future[Figures] | None = None
+        self.last: Figures | None = None  # the latest figures, the final ones at the end
+        self.seen: set[int] = set()  # every member sampled: the processes it started
+
+    def due(self) -> float | None:
+        return None if self.pending is not None else self.next
+
+    def start(
+        self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
+    ) -> None:
+        self.pending = future = in_pool(self.job.figures)
+        future.add_done_callback(lambda f: self._in(f, loop, done))
+
+    def _in(
+        self,
+        future: asyncio.Future[Figures],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[KillReason | None], None],
+    ) -> None:
+        if future is not self.pending:
+            if not future.cancelled():
+                future.exception()  # the run is over: nobody reads it, not even an error
+            return
+        self.pending = None
+        self.next = loop.time() + SAMPLE_INTERVAL
+        if future.cancelled() or future.exception() is not None:
+            done(None)  # unreadable this time: the next sample tries again
+            return
+        done(self.add(future.result()))
+
+    def add(self, figures: Figures) -> KillReason | None:
+        """Take one reading of the cgroup; the limit it crossed, if any."""
+        self.last = figures
+        self.seen.update(figures.members)
+        return self.crossed()
+
+    def crossed(self) -> KillReason | None:
+        figures = self.last
+        if figures is None:
+            return None
+        if figures.oom_kills:
+            return KillReason.MEMORY  # the kernel killed one of its processes
+        if figures.refused_forks:
+            return KillReason.PROCS
+        if self.limits.cpu is not None and figures.cpu_s > self.limits.cpu:
+            return KillReason.CPU
+        return None
+
+    def bounded(self) -> KillReason | None:
+        """What the kernel had to hold back, the run over: its OOM kill, a refused fork
+        (CPU has no kernel bound: a command that ended past it was not stopped by it)."""
+        crossed = self.crossed()
+        return None if crossed is KillReason.CPU else crossed
+
+    def finish(self, figures: Figures | None) -> None:
+        """The final figures, read once every process of the cgroup is gone."""
+        self.pending = None
+        if figures is not None:
+            self.add(figures)
+
+    def usage(self) -> Usage:
+        figures = self.last
+        if figures is None:
+            return Usage()
+        return Usage(figures.peak_memory, figures.cpu_s, len(self.seen) or None)
+
+    def close(self) -> None:
+        self.pending = None

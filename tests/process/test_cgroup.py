@@ -223,6 +223,7 @@ def test_a_cgroup_left_by_a_killed_supervisor_is_removed_at_the_next_start(
     left = psutil.Popen(["/bin/sh", "-c", joined], start_new_session=True)
     wait_until(lambda: left.pid in [int(p) for p in (made[0] / "cgroup.procs").read_text().split()],
                5, message="the leftover in its cgroup")  # fmt: skip
-    assert "removed 1 stale job cgroup" in cgroup.configure("cgroup")
+    # (Not how many the line says: another test's start-up may have removed this one.)
+    cgroup.configure("cgroup")
     assert not any(d.exists() for d in made)
     left.wait(10)  # killed (a live supervisor's job cgroups, this test's own, stay)

@@ -4,7 +4,6 @@ servers: the bury with its reason, kick, a reload, the event log and the log lin
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -14,7 +13,6 @@ import psutil
 import pytest
 
 from cmdstalk_py.process import cgroup
-
 from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.policy import decide

@@ -6,8 +6,9 @@ the supervisor may create cgroups in, or nothing (then ``usage.py`` samples /pro
 - cgroup v2: our cgroup (``/proc/self/cgroup``'s ``0::`` line) is writable and offers the
   ``memory`` and ``pids`` controllers (``cgroup.controllers``): a systemd service with
   ``Delegate=yes``. v2 allows no process in a cgroup whose controllers are enabled for its
-  children, so the supervisor first moves the processes of its cgroup into a leaf child
-  ``supervisor/`` (as a delegated service manager does), then enables the controllers.
+  children, so the supervisor first moves itself into a leaf child ``supervisor/`` (as a
+  delegated service manager does), then enables the controllers; a cgroup that also holds
+  other processes is not its own, and is not used.
 - cgroup v1: writable ``memory``, ``pids`` and ``cpuacct`` hierarchies at our own cgroups.
 
 Each limited run gets a cgroup ``cmdstalk-<supervisor pid>-<n>`` beside (v1: below) the
@@ -201,18 +202,11 @@ class Hierarchy:
         if self.version == 2:
             directory = self.dirs[""]
             if not set(_V2) <= _controllers(directory, "subtree_control"):
-                self._move_to_leaf(directory)
+                # Only the root cgroup (no cgroup.type) may hold processes beside children.
+                if (directory / "cgroup.type").exists():
+                    _move_to_leaf(directory)
                 _write(directory / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2))
         return self._remove_stale()
-
-    def _move_to_leaf(self, directory: Path) -> None:
-        if directory.parent == directory or _read(directory / "cgroup.procs").split() == []:
-            return  # the root cgroup may hold processes; an empty one has none to move
-        leaf = directory / _LEAF
-        leaf.mkdir(exist_ok=True)
-        for pid in _read(directory / "cgroup.procs").split():
-            with contextlib.suppress(ProcessLookupError):  # gone meanwhile
-                _write(leaf / "cgroup.procs", pid)
 
     def _remove_stale(self) -> int:
         stale: set[str] = set()
@@ -236,6 +230,20 @@ class Hierarchy:
             job.remove()
             raise
         return job
+
+
+def _move_to_leaf(directory: Path) -> None:
+    """Move this process into ``directory``'s leaf ``supervisor/``: a cgroup of its own
+    (delegated), which holds nothing else; else ``Unusable``."""
+    others = [p for p in _read(directory / "cgroup.procs").split() if p != str(os.getpid())]
+    if others:
+        raise Unusable(
+            f"{directory} holds {len(others)} process(es) besides cmdstalk: give it a cgroup "
+            "of its own (systemd: Delegate=yes)"
+        )
+    leaf = directory / _LEAF
+    leaf.mkdir(exist_ok=True)
+    _write(leaf / "cgroup.procs", str(os.getpid()))
 
 
 def _alive(pid: int) -> bool:

@@ -106,6 +106,27 @@ def test_a_supervisor_restarted_in_its_leaf_manages_the_delegated_parent(tmp_pat
     assert chosen.dirs == {"": tmp_path / "sys/fs/cgroup/unified/svc"}
 
 
+def delegated(tmp_path: Path, procs: str) -> Hierarchy:
+    files = {"cgroup.controllers": "memory pids", "cgroup.subtree_control": "",
+             "cgroup.procs": procs, "cgroup.type": "domain\n"}  # fmt: skip
+    make(tmp_path, "cg/svc", files)
+    return detect("0::/svc\n", "41 31 0:38 / /cg rw - cgroup2 cgroup2 rw\n", tmp_path)
+
+
+def test_v2_setup_moves_the_supervisor_to_a_leaf_then_enables_controllers(tmp_path: Path) -> None:
+    # (A fake tree: the files take what the supervisor writes, no kernel behind them.)
+    assert delegated(tmp_path, f"{os.getpid()}\n").prepare() == 0
+    assert (tmp_path / "cg/svc/supervisor/cgroup.procs").read_text() == str(os.getpid())
+    assert (tmp_path / "cg/svc/cgroup.subtree_control").read_text() == "+memory +pids"
+
+
+def test_v2_setup_refuses_a_cgroup_shared_with_other_processes(tmp_path: Path) -> None:
+    hierarchy = delegated(tmp_path, f"{os.getpid()}\n1\n")
+    with pytest.raises(Unusable, match=r"holds 1 process\(es\) besides cmdstalk"):
+        hierarchy.prepare()
+    assert (tmp_path / "cg/svc/cgroup.subtree_control").read_text() == ""
+
+
 def test_a_mount_of_a_subtree_is_resolved_and_outside_it_refused(tmp_path: Path) -> None:
     mounts = "41 31 0:38 /ci /cg rw - cgroup2 cgroup2 rw\n"
     make(tmp_path, "cg/box", {"cgroup.controllers": "memory pids", "cgroup.subtree_control": ""})
@@ -185,6 +206,13 @@ def test_exact_figures_match_gnu_time(cgroups: Hierarchy) -> None:
     assert (result.exit_code, result.killed) == (0, None)
     assert result.usage.peak_memory == pytest.approx(memory, rel=0.10)
     assert result.usage.cpu_s == pytest.approx(cpu, rel=0.10)
+
+
+def test_cpu_is_the_cgroups_counter_checked_each_sample(cgroups: Hierarchy) -> None:
+    result = run(["/bin/bash", "-c", "while :; do :; done"], b"", ENV, limits=Limits(cpu=1.0))
+    assert result.killed is KillReason.CPU
+    cpu = result.usage.cpu_s
+    assert cpu is not None and 1.0 < cpu < 1.0 + 1.0, cpu
 
 
 def gone(pid: int) -> bool:

@@ -22,8 +22,8 @@ tails and the line budget), ``result.py`` (``ProcessResult``, ``KillReason``),
 (``Lease``: a deadline its owner moves while the command runs, and timed work on the
 loop), ``control.py`` (the command's control channel on fd 3: bounded reading and the
 request grammar), ``usage.py`` (what a command's tree used: /proc samples, ``Limits``),
-``cgroup.py`` (a cgroup per limited run where the supervisor may manage one;
-``configure`` chooses at start-up), ``escalation.py`` (when which kill signal goes out).
+``cgroup.py`` (which cgroups the supervisor may manage, chosen at start-up by
+``configure``; a cgroup per limited run), ``jobcgroup.py`` (one run's cgroup), ``escalation.py`` (when which kill signal goes out).
 """
 
 from cmdstalk_py.process.kill import set_child_subreaper

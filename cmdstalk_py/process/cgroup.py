@@ -11,9 +11,10 @@ the supervisor may create cgroups in, or nothing (then ``usage.py`` samples /pro
   other processes is not its own, and is not used.
 - cgroup v1: writable ``memory``, ``pids`` and ``cpuacct`` hierarchies at our own cgroups.
 
-Each limited run gets a cgroup ``cmdstalk-<supervisor pid>-<n>`` beside (v1: below) the
-supervisor's, with ``memory.max`` / ``memory.limit_in_bytes`` (and no swap beyond it, where
-the kernel accounts swap) and ``pids.max``; the command joins it before it runs its
+Each limited run gets a cgroup (``for_run``; ``jobcgroup.py``) ``cmdstalk-<supervisor
+pid>-<n>`` beside (v1: below) the supervisor's, with ``memory.max`` /
+``memory.limit_in_bytes`` (and no swap beyond it, where the kernel accounts swap) and
+``pids.max``; the command joins it before it runs its
 program (``joining``: ``/bin/sh`` writes itself into ``cgroup.procs``, then execs the
 command), so nothing it starts is ever outside it. The kernel enforces memory (its OOM
 killer kills in the cgroup) and processes (``fork`` fails); a sample (``usage.py``'s
@@ -30,31 +31,21 @@ the text of ``/proc/self/cgroup`` and ``/proc/self/mountinfo`` and a root direct
 
 from __future__ import annotations
 
-import contextlib
-import errno
+import asyncio
 import itertools
 import os
 import re
-import shlex
-import shutil
-import signal
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from cmdstalk_py.process.jobcgroup import JobCgroup, read_file, write_file
+from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.usage import Limits
 
-#: ``--limits-via`` values.
-MODES = ("auto", "cgroup", "proc")
 _NAME = re.compile(r"cmdstalk-(\d+)-\d+\Z")
 _V1 = ("memory", "pids", "cpuacct")
 _V2 = ("memory", "pids")
 _LEAF = "supervisor"  # v2: where the supervisor's own processes go
-# Removing a cgroup: SIGKILL rounds over its members, then rmdir attempts, this far apart.
-_ROUNDS = 200
-_ROUND_WAIT = 0.005
 
 
 class Unusable(Exception):
@@ -112,16 +103,6 @@ def _writable(directory: Path) -> bool:
     return directory.is_dir() and os.access(directory, os.W_OK)
 
 
-def _read(path: Path) -> str:
-    with open(path, encoding="ascii", errors="replace") as f:
-        return f.read()
-
-
-def _write(path: Path, text: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text)
-
-
 def detect(self_cgroup: str, mountinfo: str, root: Path = Path("/")) -> Hierarchy:
     """The hierarchy the supervisor may manage, v2 before v1; ``Unusable`` says why none."""
     paths = parse_self_cgroup(self_cgroup)
@@ -154,7 +135,7 @@ def _detect_v2(directory: Path) -> Hierarchy:
 
 def _controllers(directory: Path, which: str) -> set[str]:
     try:
-        return set(_read(directory / f"cgroup.{which}").split())
+        return set(read_file(directory / f"cgroup.{which}").split())
     except OSError:
         return set()
 
@@ -170,18 +151,6 @@ def _detect_v1(paths: dict[str, str], mounts: list[Mount], root: Path) -> Hierar
             raise Unusable(f"{directory} is not writable")
         dirs[name] = directory
     return Hierarchy(1, dirs)
-
-
-@dataclass(frozen=True)
-class Figures:
-    """What a job's cgroup says about its processes, every one that ever was in it."""
-
-    memory: int  # bytes charged now
-    peak_memory: int  # the highest charge (the kernel's; else the highest sample's)
-    cpu_s: float  # user + system
-    oom_kills: int  # processes the kernel's OOM killer killed in it
-    refused_forks: int  # forks refused at pids.max
-    members: tuple[int, ...]  # its processes now
 
 
 class Hierarchy:
@@ -205,7 +174,7 @@ class Hierarchy:
                 # Only the root cgroup (no cgroup.type) may hold processes beside children.
                 if (directory / "cgroup.type").exists():
                     _move_to_leaf(directory)
-                _write(directory / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2))
+                write_file(directory / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2))
         return self._remove_stale()
 
     def _remove_stale(self) -> int:
@@ -216,12 +185,12 @@ class Hierarchy:
                 if match and entry.is_dir() and not _alive(int(match[1])):
                     stale.add(entry.name)
         for name in stale:
-            JobCgroup(self, name).remove()
+            JobCgroup(self.version, self.dirs, name).remove()
         return len(stale)
 
     def create(self, limits: Limits) -> JobCgroup:
         """A new job cgroup with ``limits`` set (raises OSError; nothing is left then)."""
-        job = JobCgroup(self, f"cmdstalk-{os.getpid()}-{next(self._seq)}")
+        job = JobCgroup(self.version, self.dirs, f"cmdstalk-{os.getpid()}-{next(self._seq)}")
         try:
             for directory in job.dirs.values():
                 directory.mkdir()
@@ -235,7 +204,7 @@ class Hierarchy:
 def _move_to_leaf(directory: Path) -> None:
     """Move this process into ``directory``'s leaf ``supervisor/``: a cgroup of its own
     (delegated), which holds nothing else; else ``Unusable``."""
-    others = [p for p in _read(directory / "cgroup.procs").split() if p != str(os.getpid())]
+    others = [p for p in read_file(directory / "cgroup.procs").split() if p != str(os.getpid())]
     if others:
         raise Unusable(
             f"{directory} holds {len(others)} process(es) besides cmdstalk: give it a cgroup "
@@ -243,7 +212,7 @@ def _move_to_leaf(directory: Path) -> None:
         )
     leaf = directory / _LEAF
     leaf.mkdir(exist_ok=True)
-    _write(leaf / "cgroup.procs", str(os.getpid()))
+    write_file(leaf / "cgroup.procs", str(os.getpid()))
 
 
 def _alive(pid: int) -> bool:
@@ -254,152 +223,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class JobCgroup:
-    """One run's cgroup (a directory per v1 hierarchy). Its methods block: call them in
-    the pool."""
-
-    def __init__(self, hierarchy: Hierarchy, name: str) -> None:
-        self.version = hierarchy.version
-        self.name = name
-        self.dirs = {c: d / name for c, d in hierarchy.dirs.items()}
-        self.sampled_peak = 0  # the highest charge sampled (v2 kernels without memory.peak)
-
-    def _file(self, controller: str, name: str) -> Path:
-        return self.dirs["" if self.version == 2 else controller] / name
-
-    @property
-    def procs_files(self) -> tuple[str, ...]:
-        """The ``cgroup.procs`` a process writes itself into to join every hierarchy."""
-        return tuple(str(d / "cgroup.procs") for d in self.dirs.values())
-
-    def set_limits(self, limits: Limits) -> None:
-        if limits.memory is not None:
-            if self.version == 2:
-                self._set("memory", "memory.max", limits.memory)
-                self._set("memory", "memory.swap.max", 0, optional=True)
-            else:
-                self._set("memory", "memory.limit_in_bytes", limits.memory)
-                # Memory + swap: without it, a job past its limit would swap, not die.
-                self._set("memory", "memory.memsw.limit_in_bytes", limits.memory, optional=True)
-        if limits.procs is not None:
-            self._set("pids", "pids.max", limits.procs)
-
-    def _set(self, controller: str, name: str, value: int, optional: bool = False) -> None:
-        path = self._file(controller, name)
-        if optional and not path.exists():
-            return  # the kernel does not account swap
-        _write(path, str(value))
-
-    def members(self) -> list[int]:
-        """The processes in it now (v1: its memory cgroup's; every hierarchy has them all)."""
-        try:
-            text = _read(self._file("memory", "cgroup.procs"))
-        except FileNotFoundError:
-            return []
-        return [int(pid) for pid in text.split()]
-
-    def figures(self) -> Figures:
-        """Read its counters (raises OSError if it is gone)."""
-        if self.version == 2:
-            memory = _number(self._file("memory", "memory.current"))
-            peak = _number(self._file("memory", "memory.peak"), missing=0)
-            cpu = _keyed(self._file("", "cpu.stat"), "usage_usec") / 1e6
-            oom = _keyed(self._file("memory", "memory.events"), "oom_kill")
-        else:
-            memory = _number(self._file("memory", "memory.usage_in_bytes"))
-            peak = _number(self._file("memory", "memory.max_usage_in_bytes"))
-            cpu = _number(self._file("cpuacct", "cpuacct.usage")) / 1e9
-            oom = _keyed(self._file("memory", "memory.oom_control"), "oom_kill")
-        self.sampled_peak = max(self.sampled_peak, memory)
-        refused = _keyed(self._file("pids", "pids.events"), "max")
-        peak = max(peak, self.sampled_peak)
-        return Figures(memory, peak, cpu, oom, refused, tuple(self.members()))
-
-    def kill_all(self) -> None:
-        """SIGKILL every member until none is left (bounded: a member that cannot die, in
-        uninterruptible sleep, keeps the cgroup, which the next start removes)."""
-        if self.version == 2 and self._file("", "cgroup.kill").exists():
-            _write(self._file("", "cgroup.kill"), "1")  # the kernel kills them all, forks too
-        for _ in range(_ROUNDS):
-            members = self.members()
-            if not members:
-                return
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(_ROUND_WAIT)
-
-    def finish(self) -> Figures | None:
-        """The end of the run: kill what is left, read the figures, remove it."""
-        self.kill_all()
-        try:
-            figures: Figures | None = self.figures()
-        except OSError:
-            figures = None
-        self.remove()
-        return figures
-
-    def remove(self) -> None:
-        """Kill what is left and remove every directory of it (those that exist)."""
-        self.kill_all()
-        for directory in self.dirs.values():
-            for _ in range(_ROUNDS):
-                try:
-                    directory.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as e:
-                    # EBUSY: a member is still exiting.
-                    if e.errno != errno.EBUSY:
-                        break
-                    time.sleep(_ROUND_WAIT)
-
-
-def _number(path: Path, missing: int | None = None) -> int:
-    try:
-        text = _read(path).strip()
-    except FileNotFoundError:
-        if missing is None:
-            raise
-        return missing
-    return int(text) if text.isdigit() else 0  # "max": no number
-
-
-def _keyed(path: Path, key: str) -> int:
-    """The value of ``key`` in a ``key value`` file (0 where the kernel has no such line)."""
-    try:
-        text = _read(path)
-    except FileNotFoundError:
-        return 0
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == key and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
-def joining(files: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """``argv`` run by a shell that first writes itself into each of ``files``: the
-    command's program starts inside the cgroup, and so does everything it starts.
-
-    The program is looked up first, with the supervisor's PATH as ``posix_spawnp`` does,
-    so that a missing one is still the spawn's ``OSError``, not the shell's exit 127.
-    """
-    if not argv:
-        raise ValueError("empty command")
-    program = argv[0]
-    if "/" not in program:
-        if shutil.which(program) is None:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-    elif not os.access(program, os.X_OK):
-        code = errno.EACCES if os.path.exists(program) else errno.ENOENT
-        raise OSError(code, os.strerror(code), program)
-    moves = " && ".join(f"echo 0 >{shlex.quote(f)}" for f in files)
-    # Exit 125 if a move fails: the command never runs outside its cgroup.
-    return ["/bin/sh", "-c", f'{{ {moves}; }} || exit 125; exec "$@"', "cmdstalk", *argv]
 
 
 # -- the supervisor's choice -------------------------------------------------------------
@@ -422,7 +245,9 @@ def configure(mode: str) -> str:
     if mode == "proc":
         return "limits: sampled from /proc (--limits-via proc)"
     try:
-        hierarchy = detect(_read(Path("/proc/self/cgroup")), _read(Path("/proc/self/mountinfo")))
+        hierarchy = detect(
+            read_file(Path("/proc/self/cgroup")), read_file(Path("/proc/self/mountinfo"))
+        )
         stale = hierarchy.prepare()
     except OSError as e:
         if mode == "cgroup":
@@ -435,3 +260,25 @@ def configure(mode: str) -> str:
     _active = hierarchy
     removed = f"; removed {stale} stale job cgroup(s)" if stale else ""
     return f"limits: a cgroup per limited job, {hierarchy.describe()}{removed}"
+
+
+async def for_run(limits: Limits | None) -> JobCgroup | None:
+    """A cgroup for a limited run, where the supervisor manages them; else None (also
+    when it cannot be made: the run is sampled from /proc, as without cgroups)."""
+    hierarchy = _active
+    if hierarchy is None or limits is None or not limits.any:
+        return None
+    future = in_pool(hierarchy.create, limits)
+    try:
+        return await asyncio.shield(future)
+    except OSError:
+        return None
+    except asyncio.CancelledError:
+        # Made all the same: removed once it is.
+        future.add_done_callback(_remove_made)
+        raise
+
+
+def _remove_made(future: asyncio.Future[JobCgroup]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        in_pool(future.result().remove)

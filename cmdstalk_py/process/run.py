@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from cmdstalk_py.process import cgroup
-from cmdstalk_py.process.cgroup import JobCgroup, joining
 from cmdstalk_py.process.control import CONTROL_ENV, CONTROL_FD, ControlReader
 from cmdstalk_py.process.escalation import Escalation, KillState
+from cmdstalk_py.process.jobcgroup import JobCgroup, joining
 from cmdstalk_py.process.kill import TreeKiller, group_exists, in_pool
 from cmdstalk_py.process.lease import FixedLease, Lease
 from cmdstalk_py.process.marker import MARKER, new_token
@@ -110,7 +110,7 @@ async def run_command(
     err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes, line_budget)
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    job = await _cgroup_for(limits)
+    job = await cgroup.for_run(limits)
     token = new_token()
     # Told before the spawn: a supervisor killed right after it still has this run guarded.
     tell_sentinel("+" + token)
@@ -150,28 +150,6 @@ async def run_command(
     finally:
         run.close()
         tell_sentinel("-" + token)
-
-
-async def _cgroup_for(limits: Limits | None) -> JobCgroup | None:
-    """A cgroup for a limited run, where the supervisor manages them; else None (also
-    when it cannot be made: the run is sampled from /proc, as without cgroups)."""
-    hierarchy = cgroup.active()
-    if hierarchy is None or limits is None or not limits.any:
-        return None
-    future = in_pool(hierarchy.create, limits)
-    try:
-        return await asyncio.shield(future)
-    except OSError:
-        return None
-    except asyncio.CancelledError:
-        # Made all the same: removed once it is.
-        future.add_done_callback(_remove_made)
-        raise
-
-
-def _remove_made(future: asyncio.Future[JobCgroup]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        in_pool(future.result().remove)
 
 
 class _Run:

@@ -17,7 +17,7 @@ left both (a double fork that ``setsid``-ed) is not counted: only a cgroup would
 Resident memory counts shared pages once per process that maps them, so a tree of many
 small processes reads a little high.
 
-A limited run in its own cgroup (``cgroup.py``) is sampled from the cgroup's counters
+A limited run in its own cgroup (``jobcgroup.py``) is sampled from the cgroup's counters
 instead (``CgroupSampler``): every process it ever held counts, exactly.
 """
 
@@ -35,7 +35,7 @@ from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.result import KillReason, Usage
 
 if TYPE_CHECKING:
-    from cmdstalk_py.process.cgroup import Figures, JobCgroup
+    from cmdstalk_py.process.jobcgroup import Figures, JobCgroup
 
 #: Seconds between two samples of a limited command's tree. A limit is caught at most this
 #: long (plus the scan, plus ``escalation.SCAN_WAIT`` before the first signal) after the tree
@@ -223,7 +223,7 @@ class Sampler:
 
 
 class CgroupSampler:
-    """The samples of one limited command in its own cgroup (``cgroup.py``), the same
+    """The samples of one limited command in its own cgroup (``jobcgroup.py``), the same
     interface as ``Sampler``'s. The kernel bounds memory and processes; a sample reads
     whether it had to (an OOM kill, a refused fork) and checks CPU against its limit."""
 

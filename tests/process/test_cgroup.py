@@ -21,10 +21,10 @@ from cmdstalk_py.process.cgroup import (
     Hierarchy,
     Unusable,
     detect,
-    joining,
     parse_mountinfo,
     parse_self_cgroup,
 )
+from cmdstalk_py.process.jobcgroup import joining
 from cmdstalk_py.process.usage import Limits
 from tests.helpers import wait_until
 from tests.process.aio import run

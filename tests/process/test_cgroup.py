@@ -242,10 +242,10 @@ def test_a_double_forked_setsid_escapee_is_counted_and_killed(
 def test_a_cgroup_left_by_a_killed_supervisor_is_removed_at_the_next_start(
     cgroups: Hierarchy,
 ) -> None:
-    # A dead supervisor's job cgroup, with a process still in it.
-    dead = psutil.Popen(["true"])
-    dead.wait()
-    made = [d / f"cmdstalk-{dead.pid}-1" for d in cgroups.dirs.values()]
+    # A supervisor's job cgroup with a process in it; then the supervisor dies. (Alive
+    # until then: another test's start-up must not take the cgroup for stale too soon.)
+    supervisor = psutil.Popen(["sleep", "60"])
+    made = [d / f"cmdstalk-{supervisor.pid}-1" for d in cgroups.dirs.values()]
     for directory in made:
         directory.mkdir()
     files = " ".join(str(d / "cgroup.procs") for d in made)
@@ -253,6 +253,8 @@ def test_a_cgroup_left_by_a_killed_supervisor_is_removed_at_the_next_start(
     left = psutil.Popen(["/bin/sh", "-c", joined], start_new_session=True)
     wait_until(lambda: left.pid in [int(p) for p in (made[0] / "cgroup.procs").read_text().split()],
                5, message="the leftover in its cgroup")  # fmt: skip
+    supervisor.kill()
+    supervisor.wait()
     # (Not how many the line says: another test's start-up may have removed this one.)
     cgroup.configure("cgroup")
     assert not any(d.exists() for d in made)

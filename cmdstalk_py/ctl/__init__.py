@@ -14,7 +14,7 @@ Modules:
 - ``text``: what reaches a terminal: control characters escaped, job bodies previewed as
   text or hex, tables cut to the terminal's width, JSON that is pure ASCII.
 - ``read``: the read commands: ``stats``, ``tubes``, ``peek``, ``show`` (``--events``: a
-  job's last outcome from the event log).
+  job's last outcome, and what it cost, from the event log).
 - ``top``: ``top``, every tube's jobs by state and rates, refreshed in place.
 - ``write``: single changes: ``put``, ``kick``, ``kick-job``, ``delete``, ``pause``.
 - ``bulk``: ``clear`` and ``move``: many jobs of one state, confirmed, with progress.

@@ -1,8 +1,10 @@
 """``tail`` (the event log in readable lines, followed) and ``workers`` (what supervisors
 are running, from their dashboards' ``/api/running``).
 
-``tail`` shows job records and the records of a pool's tube held back by its limit or rate
-and servable again (``--held`` shows only these; ``--outcome`` and ``--failed``, only jobs).
+``tail`` shows job records, with what each job's tree cost where the record says
+(``120 MiB peak, 1.52 s CPU, 3 processes``, schema 4), and the records of a pool's tube held
+back by its limit or rate and servable again (``--held`` shows only these; ``--outcome``,
+``--failed``, ``--min-memory`` and ``--min-cpu``, only jobs).
 
 ``tail`` follows the file the way ``tail -F`` does: when logrotate moves it away or
 truncates it, the new file is read from its start.
@@ -21,10 +23,11 @@ from typing import IO, Any
 
 import click
 
-from cmdstalk_py.ctl.read import describe, parse_record
+from cmdstalk_py.ctl.read import describe, figure, job_cost, parse_record
 from cmdstalk_py.ctl.servers import EXIT_UNREACHABLE, Target
 from cmdstalk_py.ctl.text import cut, echo_json, echo_lines, safe, table, width
 from cmdstalk_py.ops.eventlog import TUBE_HELD, TUBE_SERVABLE
+from cmdstalk_py.supervisor import numbers
 
 POLL = 0.25  # seconds between looks at a followed file that has nothing new
 OUTCOMES = ("deleted", "released", "buried", "timeout_buried", "precheck_buried",
@@ -56,10 +59,19 @@ def tube_line(record: dict[str, Any]) -> str:
     facts = [f"{record.get('running')} running"]
     if record.get("limit") is not None:
         facts.append(f"limit {record['limit']}")
-    if record.get("rate") is not None:
-        facts.append(f"rate {float(record['rate']):g}/s:{float(record['burst'] or 1):g}")
+    if (rate := figure(record.get("rate"))) is not None:
+        facts.append(f"rate {rate:g}/s:{figure(record.get('burst')) or 1:g}")
     line = f"{stamp} pool {record.get('pool')}: tube {record.get('tube')} {what}"
     return cut(safe(f"{line} ({', '.join(facts)})"), width())
+
+
+def costly(record: dict[str, Any], min_memory: int | None, min_cpu: float | None) -> bool:
+    """A job record whose tree reached ``min_memory`` bytes at its peak and ``min_cpu``
+    CPU seconds (each None: any); a figure the record does not know never reaches one."""
+    memory, cpu, _ = job_cost(record)
+    return (min_memory is None or (memory is not None and memory >= min_memory)) and (
+        min_cpu is None or (cpu is not None and cpu >= min_cpu)
+    )
 
 
 def tail_record(line: bytes) -> dict[str, Any] | None:
@@ -138,20 +150,27 @@ def records(follower: Follower, follow: bool) -> Iterator[dict[str, Any]]:
 @click.option("--failed", is_flag=True, help="Only jobs that did not end deleted.")
 @click.option("--held", is_flag=True,
               help="Only a pool's tubes held back by their limit or rate, and servable again.")
+@click.option("--min-memory", metavar="SIZE", type=numbers.Size(),
+              help="Only jobs whose process tree's peak memory reached SIZE (512M, 2G).")
+@click.option("--min-cpu", metavar="SECONDS", type=numbers.seconds(0.01, numbers.MAX_U32),
+              help="Only jobs whose process tree used this much CPU (user + system).")
 @click.option("--lines", "-n", "backlog", default=10, show_default=True, type=click.IntRange(0),
               help="Matching records already in the file to show first.")  # fmt: skip
 @click.option("--follow/--no-follow", "-f/-F", default=True, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The records themselves, as JSON lines.")
 def tail(path: str, tubes: tuple[str, ...], outcomes: tuple[str, ...], failed: bool,
-         held: bool, backlog: int, follow: bool, as_json: bool) -> None:  # fmt: skip
+         held: bool, min_memory: int | None, min_cpu: float | None, backlog: int,
+         follow: bool, as_json: bool) -> None:  # fmt: skip
     """Follow a cmdstalk event log (--events PATH) in readable lines."""
+    jobs_only = bool(outcomes or failed) or min_memory is not None or min_cpu is not None
 
     def wanted(r: dict[str, Any]) -> bool:
         if "event" in r:  # a tube's record: only the tube filter applies to it
-            return not (outcomes or failed) and (not tubes or r.get("tube") in tubes)
+            return not jobs_only and (not tubes or r.get("tube") in tubes)
         return (not held and (not tubes or r.get("tube") in tubes)
                 and (not outcomes or r.get("outcome") in outcomes)
-                and not (failed and r.get("outcome") == "deleted"))  # fmt: skip
+                and not (failed and r.get("outcome") == "deleted")
+                and costly(r, min_memory, min_cpu))  # fmt: skip
 
     def show(r: dict[str, Any]) -> None:
         echo_json(r) if as_json else click.echo(event_line(r))

@@ -23,6 +23,7 @@ from cmdstalk_py.ctl.servers import (
     tube_stats,
 )
 from cmdstalk_py.ctl.text import body_json, cut, echo_json, echo_lines, preview, safe, table
+from cmdstalk_py.supervisor.jobcost import cost_parts
 
 pass_target = click.make_pass_decorator(Target)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
@@ -162,19 +163,42 @@ def _print_job(
 
 
 def describe(record: dict[str, Any]) -> str:
-    """An event record's outcome in words: ``released (exit 3, delay 1s)``."""
+    """An event record's outcome in words: ``released (exit 3, 4 ms, 120 MiB peak, 1.52 s
+    CPU, 3 processes, delay 1s)``; what the record does not know (or holds as something
+    other than a sound number) is left out."""
     how = []
     if record.get("exit_code") is not None:
         how.append(f"exit {record['exit_code']}")
     if record.get("signal"):
         how.append(f"killed by {record['signal']}")
-    if record.get("duration_ms") is not None:
-        how.append(f"{float(record['duration_ms']):.0f} ms")
+    if (duration := figure(record.get("duration_ms"))) is not None:
+        how.append(f"{duration:.0f} ms")
+    how += cost_parts(*job_cost(record))
     if record.get("release_delay") is not None:
         how.append(f"delay {record['release_delay']}s")
     if record.get("error"):
         how.append(str(record["error"]))
     return f"{record.get('outcome')} ({', '.join(how)})" if how else str(record.get("outcome"))
+
+
+#: Above what any counter of ours holds (64-bit): a figure beyond it is not to be trusted.
+FIGURE_LIMIT = 2**63
+
+
+def figure(value: object) -> float | None:
+    """A number read from an event record, when it is one a supervisor could have written:
+    finite, not negative, below ``FIGURE_LIMIT``; else None (a string, ``NaN``, ``true``…)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if 0 <= value < FIGURE_LIMIT else None  # NaN fails every comparison
+
+
+def job_cost(record: dict[str, Any]) -> tuple[float | None, float | None, int | None]:
+    """``peak_memory_bytes``, ``cpu_s`` and ``procs`` of a job record, each None where not
+    known: a record older than schema 4, a null, or a value ``figure`` does not trust."""
+    procs = record.get("procs")
+    whole = procs if isinstance(procs, int) and figure(procs) is not None else None
+    return figure(record.get("peak_memory_bytes")), figure(record.get("cpu_s")), whole
 
 
 def last_record(path: str, job_id: int, tube: str | None) -> dict[str, Any] | None:

@@ -42,7 +42,8 @@ Modules, from the command line inwards:
   the timeout policy, the TTR kill schedule; each decision names its rule (``Reason``).
 - ``budget``: ``--max-jobs`` shared by every broker.
 - ``results``: ``JobResult`` and ``Outcome``, the contract with the event log and Spark.
-- ``joblog``: the log lines a broker writes about its jobs and their output.
+- ``joblog``: the log lines a broker writes about its jobs and their output; ``jobcost``:
+  what a job's tree cost, in words (the log line's and ``cmdstalk-ctl``'s).
 
 The command itself runs in ``cmdstalk_py.process``; the server connection is
 ``cmdstalk_py.client``; logs, the event log, metrics and systemd are ``cmdstalk_py.ops``.

@@ -20,12 +20,11 @@ due) are tested alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
+import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
@@ -33,6 +32,7 @@ from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
 from cmdstalk_py.client.replies import parse_list
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.config import is_glob
+from cmdstalk_py.supervisor.looptime import Alarm
 
 log = logging.getLogger("cmdstalk.dispatcher")
 
@@ -41,7 +41,7 @@ RETIRE_INTERVALS = 30
 #: A tube in use is looked at (``stats-tube``) first this many intervals after it appeared
 #: or was last seen in use; the delay doubles at each look, up to ``MAX_CHECK_INTERVALS``.
 FIRST_CHECK_INTERVALS = 10
-MAX_CHECK_INTERVALS = 120
+MAX_CHECK_INTERVALS = 600
 #: The most ``stats-tube`` requests in one round; tubes past it wait for the next rounds.
 MAX_CHECKS_PER_ROUND = 5
 
@@ -65,38 +65,64 @@ def abandoned(stats: Mapping[str, object], ours: int) -> bool:
     return jobs == 0 and int(str(stats["current-using"])) == 0 and watching <= ours
 
 
-@dataclass
 class CheckPlan:
-    """When each tube is next asked ``stats-tube`` (pure: the clock is passed in)."""
+    """When each tube is next asked ``stats-tube`` (pure: the clock is passed in).
 
-    interval: float
-    due: dict[str, float] = field(default_factory=dict)
-    delay: dict[str, float] = field(default_factory=dict)
+    ``due`` maps each tube to its time; a heap of ``(time, tube)`` finds the earliest
+    without a scan of every tube each round (a thousand tubes, one round a second). An
+    entry whose time is no longer the tube's is stale and dropped when it comes up.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.due: dict[str, float] = {}
+        self.delay: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def _at(self, tube: str, at: float) -> None:
+        self.due[tube] = at
+        heapq.heappush(self._heap, (at, tube))
+        if len(self._heap) > 2 * len(self.due) + 64:  # mostly stale: start afresh
+            self._heap = [(t, name) for name, t in self.due.items()]
+            heapq.heapify(self._heap)
 
     def add(self, tube: str, now: float) -> None:
         self.delay[tube] = FIRST_CHECK_INTERVALS * self.interval
-        self.due[tube] = now + self.delay[tube]
+        self._at(tube, now + self.delay[tube])
 
     def forget(self, tube: str) -> None:
         self.due.pop(tube, None)
         self.delay.pop(tube, None)
 
     def take_due(self, now: float, limit: int = MAX_CHECKS_PER_ROUND) -> list[str]:
-        """Up to ``limit`` tubes whose look is due, most overdue first."""
-        due = [t for t, at in self.due.items() if at <= now]
-        due.sort(key=self.due.__getitem__)
-        return due[:limit]
+        """Up to ``limit`` tubes whose look is due, most overdue first. They stay due
+        until ``in_use`` or ``looks_abandoned`` says when next (a look that failed is
+        tried again)."""
+        heap = self._heap
+        taken: list[str] = []
+        while heap and len(taken) < limit:
+            at, tube = heap[0]
+            if self.due.get(tube) != at or tube in taken:
+                heapq.heappop(heap)  # stale, or a second entry of one already taken
+            elif at > now:
+                break
+            else:
+                heapq.heappop(heap)
+                taken.append(tube)
+        for tube in taken:
+            heapq.heappush(heap, (self.due[tube], tube))
+        return taken
 
     def in_use(self, tube: str, now: float) -> None:
         """Seen in use: look again later, each time later (up to the cap)."""
         delay = min(self.delay.get(tube, self.interval) * 2, MAX_CHECK_INTERVALS * self.interval)
         self.delay[tube] = delay
-        self.due[tube] = now + delay
+        self._at(tube, now + delay)
 
     def looks_abandoned(self, tube: str, now: float) -> None:
         """Seen abandoned: look every interval until it is let go (or in use again)."""
         self.delay[tube] = FIRST_CHECK_INTERVALS * self.interval
-        self.due[tube] = now + self.interval
+        self._at(tube, now + self.interval)
 
 
 class Discovery:
@@ -143,7 +169,7 @@ class Discovery:
         self._let_go: set[str] = set()
         self.listed = False  # the first tube list is known
         self._stopped = False
-        self._wakeup = asyncio.Event()
+        self._alarm = Alarm()
         self.task: asyncio.Task[int] | None = None
 
     def start(self) -> None:
@@ -161,9 +187,7 @@ class Discovery:
                     conn.drop(e)
                     continue
                 self.listed = True
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._interval):
-                        await self._wakeup.wait()  # stop() cuts the wait short
+                await self._alarm.sleep(self._interval)  # stop() cuts it short
         except Exception:  # never take the process down; workers already started go on
             log.exception("tube discovery failed; no new tubes will be served")
         finally:
@@ -247,5 +271,5 @@ class Discovery:
     def stop(self) -> None:
         """End the polling (and a reconnect under way)."""
         self._stopped = True
-        self._wakeup.set()
+        self._alarm.poke()
         self.connection.stop()

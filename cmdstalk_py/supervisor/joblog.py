@@ -16,6 +16,7 @@ from cmdstalk_py.ops.eventlog import signal_name
 from cmdstalk_py.ops.logsink import OUTPUT_LOGGER
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import LineBudget
+from cmdstalk_py.supervisor.jobcost import cost_parts
 from cmdstalk_py.supervisor.results import JobResult, Outcome, Reason
 
 log = logging.getLogger("cmdstalk.broker")
@@ -55,14 +56,7 @@ class _Drops:
 
 def _usage(r: JobResult) -> str:
     """``, 113 MiB peak, 1.17 s CPU, 3 processes``: what the command's tree used, as known."""
-    parts = []
-    if r.peak_memory_bytes is not None:
-        parts.append(f"{r.peak_memory_bytes / (1 << 20):.0f} MiB peak")
-    if r.cpu_s is not None:
-        parts.append(f"{r.cpu_s:.2f} s CPU")
-    if r.procs is not None:
-        parts.append(f"{r.procs} process" + ("" if r.procs == 1 else "es"))
-    return "".join(", " + part for part in parts)
+    return "".join(", " + part for part in cost_parts(r.peak_memory_bytes, r.cpu_s, r.procs))
 
 
 class JobLog:

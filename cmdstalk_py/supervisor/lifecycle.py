@@ -16,9 +16,9 @@ default executor). Signal handlers only count signals and wake the main coroutin
 acts on the counts.
 
 Everything runs on one asyncio event loop in the calling thread: the pools' workers and
-discovery are its tasks, their commands' pipes and timers its callbacks. A probe reports
-the longest the loop was held between two polls (``looptime``; ``loop_lag`` to the
-observers, a metrics gauge) and warns when something held it over ``LAG_WARN`` seconds.
+discovery are its tasks, their commands' pipes and timers its callbacks. Each heartbeat
+reports the longest the loop was held between two polls since the last (``looptime``;
+``loop_lag`` to the observers, a metrics gauge) and warns past ``LAG_WARN`` seconds.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.dispatcher import Dispatcher, as_pools
-from cmdstalk_py.supervisor.looptime import new_loop, selector_of
+from cmdstalk_py.supervisor.looptime import Alarm, TimedSelector, new_loop, selector_of
 
 log = logging.getLogger("cmdstalk")
 
@@ -48,8 +48,7 @@ HEARTBEAT_INTERVAL = 1.0
 TICK = 0.25
 # While starting, poll faster so READY goes out soon after the brokers connect.
 STARTING_TICK = 0.02
-#: How often the loop-lag probe runs, and the lag past which it warns (seconds).
-LAG_PROBE = 0.5
+#: The loop lag past which the heartbeat warns (seconds).
 LAG_WARN = 0.1
 
 
@@ -113,10 +112,11 @@ class Supervisor:
         self._hups = 0
         self._hups_seen = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._poked: asyncio.Event | None = None
+        self._alarm: Alarm | None = None  # the main coroutine's sleep
         self._drain_started = 0.0
         self._next_heartbeat = 0.0
-        self.loop_lag = 0.0  # the last probe's lateness, seconds
+        self.loop_lag = 0.0  # the longest hold of the loop in the last heartbeat, seconds
+        self._selector: TimedSelector | None = None
 
     # -- requests from other threads and from signal handlers -------------------------------
 
@@ -132,11 +132,11 @@ class Supervisor:
 
     def _wake(self) -> None:
         """Wake the main coroutine (from any thread, or before it runs: nothing to do)."""
-        loop, poked = self._loop, self._poked
-        if loop is None or poked is None or loop.is_closed():
+        loop, alarm = self._loop, self._alarm
+        if loop is None or alarm is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(poked.set)
+            loop.call_soon_threadsafe(alarm.poke)
 
     def _on_signal(self) -> None:
         self._stop_requests += 1  # a flag and a wake-up: the main coroutine acts on it
@@ -161,37 +161,29 @@ class Supervisor:
     async def main(self, install_signals: bool = True) -> int:
         """Serve until stopped, on the running loop; the exit status (0)."""
         self._loop = asyncio.get_running_loop()
-        self._poked = poked = asyncio.Event()
-        probe = self._loop.create_task(self._probe_lag(), name="loop-lag")
+        self._alarm = alarm = Alarm()
+        self._selector = selector_of(self._loop)
         with self._signals(install_signals):
             try:
                 self.dispatcher.start()
                 while not await self._step(time.monotonic()):
-                    tick = _TICKS.get(self.state, TICK)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(tick):
-                            await poked.wait()
-                    poked.clear()
+                    await alarm.sleep(_TICKS.get(self.state, TICK))
             finally:
-                probe.cancel()
                 await self._finish()
         return 0
 
-    async def _probe_lag(self) -> None:
-        """How long the loop was held at most, each ``LAG_PROBE`` seconds: what a command's
+    def _take_lag(self) -> None:
+        """How long the loop was held at most since the last heartbeat: what a command's
         kill point or a job's start may have waited behind (``looptime``)."""
-        selector = selector_of(asyncio.get_running_loop())
-        if selector is None:
+        if self._selector is None:
             return  # a loop not made by looptime.new_loop: nothing measures it
-        while True:
-            await asyncio.sleep(LAG_PROBE)
-            self.loop_lag = lag = selector.take()
-            self.observer.loop_lag(lag)
-            if lag > LAG_WARN:
-                log.warning(
-                    "the event loop was held for %.0f ms (kill points and job starts wait "
-                    "behind it)", lag * 1000,
-                )  # fmt: skip
+        self.loop_lag = lag = self._selector.take()
+        self.observer.loop_lag(lag)
+        if lag > LAG_WARN:
+            log.warning(
+                "the event loop was held for %.0f ms (kill points and job starts wait "
+                "behind it)", lag * 1000,
+            )  # fmt: skip
 
     async def _step(self, now: float) -> bool:
         """One pass of the state machine (every transition is here); True once STOPPED."""
@@ -237,6 +229,7 @@ class Supervisor:
                 return True
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_INTERVAL
+            self._take_lag()
             if self._reap_orphans:
                 # A daemon a job left behind became our child when the job exited; once
                 # it exits too, nobody else will ever wait for it.

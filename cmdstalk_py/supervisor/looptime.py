@@ -1,10 +1,16 @@
-"""How long the event loop is held: the time between two polls of its selector.
+"""The event loop's time: how long it is held, and sleeps that a poke cuts short.
+
+How long the loop is held is the time between two polls of its selector.
 
 Everything the loop runs between two ``select`` calls (the callbacks and coroutine steps
 of one iteration) holds every other worker, kill point and job start on it. ``new_loop``
 makes the supervisor's loop with a selector that times that span; ``TimedSelector.take``
 hands the longest since the last look (``lifecycle`` reports it as the loop's lag and warns
 past 100 ms). Two clock readings an iteration; no debug mode.
+
+``Alarm`` is the periodic sleep of the supervisor's own tasks (the main coroutine,
+discovery): a timer and a future, where ``asyncio.timeout`` around an ``Event.wait`` would
+cancel the task, and raise and catch a ``CancelledError`` through it, at every quiet tick.
 """
 
 from __future__ import annotations
@@ -54,3 +60,37 @@ def new_loop() -> asyncio.AbstractEventLoop:
 def selector_of(loop: asyncio.AbstractEventLoop) -> TimedSelector | None:
     """The timing selector of a loop ``new_loop`` made (None for another loop)."""
     return _SELECTORS.get(loop)
+
+
+class Alarm:
+    """A sleep of one task that ``poke()`` cuts short (on the loop's thread; from another
+    thread, through ``call_soon_threadsafe``). A poke while nobody sleeps ends the next
+    sleep at once: it is never lost."""
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+        self._poked = False
+
+    def poke(self) -> None:
+        self._poked = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def sleep(self, seconds: float) -> None:
+        """Until ``seconds`` have passed or ``poke()`` is called, whichever comes first."""
+        if not self._poked:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(seconds, _ring, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._poked = False
+
+
+def _ring(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -20,11 +20,19 @@ CTL = str(Path(sys.executable).with_name("cmdstalk-ctl"))
 
 
 def ctl(
-    address: str | None, *args: str, stdin: bytes = b"", timeout: float = 60
+    address: str | None,
+    *args: str,
+    stdin: bytes = b"",
+    timeout: float = 60,
+    columns: int | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """``cmdstalk-ctl [-a address] args…`` with ``stdin``; output captured as bytes."""
+    """``cmdstalk-ctl [-a address] args…`` with ``stdin``; output captured as bytes;
+    ``columns``: the terminal width it is told (80 otherwise: stdout is a pipe)."""
     argv = [CTL, *(["--address", address] if address else []), *args]
-    return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
+    env = {**os.environ, "COLUMNS": str(columns)} if columns else None
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, timeout=timeout, check=False, env=env
+    )
 
 
 def out(result: subprocess.CompletedProcess[bytes]) -> str:

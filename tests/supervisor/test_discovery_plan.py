@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cmdstalk_py.supervisor.discovery import (
     FIRST_CHECK_INTERVALS,
     MAX_CHECK_INTERVALS,
@@ -44,3 +47,38 @@ def test_a_round_looks_at_a_bounded_number_of_tubes_most_overdue_first() -> None
     assert first == [f"t{n}" for n in range(MAX_CHECKS_PER_ROUND)]
     plan.forget("t0")
     assert "t0" not in plan.take_due(1000.0, limit=10**6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "forget", "in_use", "abandoned", "take"]),
+            st.integers(0, 7),  # which tube
+            st.floats(0, 5),  # how far the clock moves first
+        ),
+        max_size=60,
+    )
+)
+def test_take_due_is_the_earliest_due_tubes_whatever_came_before(
+    steps: list[tuple[str, int, float]],
+) -> None:
+    """The heap's answer is the scan's: the due tubes, earliest first (ties by name),
+    however often tubes were rescheduled, forgotten or taken without a look."""
+    plan = CheckPlan(interval=0.5)
+    now = 0.0
+    for op, n, dt in steps:
+        now += dt
+        tube = f"t{n}"
+        if op == "take":
+            limit = n % 4 + 1
+            scan = sorted((at, t) for t, at in plan.due.items() if at <= now)
+            assert plan.take_due(now, limit) == [t for _, t in scan[:limit]]
+        elif op == "add":
+            plan.add(tube, now)
+        elif tube in plan.due and op == "forget":
+            plan.forget(tube)
+        elif tube in plan.due and op == "in_use":
+            plan.in_use(tube, now)
+        elif tube in plan.due:
+            plan.looks_abandoned(tube, now)

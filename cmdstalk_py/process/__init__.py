@@ -23,7 +23,8 @@ tails and the line budget), ``result.py`` (``ProcessResult``, ``KillReason``),
 loop), ``control.py`` (the command's control channel on fd 3: bounded reading and the
 request grammar), ``usage.py`` (what a command's tree used: /proc samples, ``Limits``),
 ``cgroup.py`` (which cgroups the supervisor may manage, chosen at start-up by
-``configure``; a cgroup per limited run), ``jobcgroup.py`` (one run's cgroup), ``escalation.py`` (when which kill signal goes out).
+``configure``; a cgroup per limited run), ``jobcgroup.py`` (one run's cgroup),
+``escalation.py`` (when which kill signal goes out).
 """
 
 from cmdstalk_py.process.kill import set_child_subreaper

@@ -124,15 +124,17 @@ def tree(table: dict[int, Stat], leader: int) -> list[Stat]:
     return [table[pid] for pid in found]
 
 
-# The scan under way, and when it started: runs that sample within half an interval of
-# each other share it (one /proc walk however many commands are limited).
+# The scan under way, and when it started: runs that sample within half their interval of
+# it share it (one /proc walk however many commands are sampled).
 _scan: tuple[float, asyncio.Future[dict[int, Stat]], asyncio.AbstractEventLoop] | None = None
 
 
-def _shared_scan(loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, Stat]]:
+def _shared_scan(
+    loop: asyncio.AbstractEventLoop, max_age: float
+) -> asyncio.Future[dict[int, Stat]]:
     global _scan
     now = time.monotonic()
-    if _scan is not None and _scan[2] is loop and now - _scan[0] < SAMPLE_INTERVAL / 2:
+    if _scan is not None and _scan[2] is loop and now - _scan[0] < max_age:
         return _scan[1]
     future = in_pool(read_table)
     _scan = (now, future, loop)
@@ -166,7 +168,9 @@ class Sampler:
     def start(
         self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
     ) -> None:
-        self.pending = future = _shared_scan(loop)
+        # Half an interval old at most: a sample a second of unlimited runs started at any
+        # moment costs two scans a second at most, however many there are.
+        self.pending = future = _shared_scan(loop, self.interval / 2)
         future.add_done_callback(lambda f: self._in(f, loop, done))
 
     def _in(

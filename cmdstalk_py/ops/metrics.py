@@ -24,6 +24,12 @@ log = logging.getLogger("cmdstalk.metrics")
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 # Reserve waits are bounded by the broker's short reserve timeout, then start over.
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# A job's tree peaks from a few MiB (a shell and a small tool) to the tens of GiB a runaway
+# converter reaches before --max-memory or the kernel stops it: powers of two, 4 MiB-32 GiB.
+MEMORY_BUCKETS = tuple(float(4 << 20 << n) for n in range(14))
+# A tree's CPU seconds run from a one-liner's milliseconds to an hour-long TTR's worth (more
+# with several cores busy; those land in +Inf): the duration buckets fit.
+CPU_BUCKETS = DURATION_BUCKETS
 # stats-tube field → label of cmdstalk_tube_jobs. These four partition a tube's jobs, so
 # sum by (tube) is the tube's total; urgent (a subset of ready) has a gauge of its own.
 JOB_STATES = {
@@ -222,6 +228,16 @@ class MetricsExporter(Observer):
             registry=r,
         )  # fmt: skip
         pool_tube = ["pool", "tube"]
+        # Per pool and tube like the tube gauges below, and like them no server or outcome
+        # label: a series per tube a pool serves, each of a dozen buckets.
+        self.job_memory = prom.Histogram(
+            "cmdstalk_job_peak_memory_bytes", "Peak resident memory of a finished job's "
+            "process tree, where known.", pool_tube, buckets=MEMORY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.job_cpu = prom.Histogram(
+            "cmdstalk_job_cpu_seconds", "User + system CPU of a finished job's process tree, "
+            "where known.", pool_tube, buckets=CPU_BUCKETS, registry=r,
+        )  # fmt: skip
         self.server_jobs = prom.Counter(
             "cmdstalk_server_jobs_finished", "Jobs finished, by pool, server and outcome.",
             ["pool", "server", "outcome"], registry=r,
@@ -313,6 +329,16 @@ class MetricsExporter(Observer):
         # Jobs that never ran (precheck burials, spawn failures) would pile up at zero.
         if result.exit_code is not None or result.signal is not None:
             self.job_duration.labels(tube=result.tube).observe(result.duration_ms / 1000.0)
+        self._observe_cost(result)
+
+    def _observe_cost(self, result: JobResult) -> None:
+        # A figure not known (the command never ran, or was not sampled) is left out rather
+        # than counted as zero, which would drag every quantile down.
+        pool_tube = {"pool": result.pool, "tube": result.tube}
+        if result.peak_memory_bytes is not None:
+            self.job_memory.labels(**pool_tube).observe(result.peak_memory_bytes)
+        if result.cpu_s is not None:
+            self.job_cpu.labels(**pool_tube).observe(result.cpu_s)
 
     def broker_busy(self, tube: str, slot: int, busy: bool) -> None:
         # Counted from per-slot state rather than inc/dec, so a repeated call cannot drift.

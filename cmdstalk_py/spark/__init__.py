@@ -23,9 +23,10 @@ Modules:
   pipelined puts in bounded windows (no Spark; the protocol itself is
   ``cmdstalk_py.client``'s); ``inputs``: ``enqueue``'s input files (RFC 4180 CSV, checked
   strictly before any job is put).
-- ``eventlog``: reading the supervisor's event log (job records v1 and v2; the tube records
-  of v3 skipped) with a fixed schema;
-  ``report``: metrics per tube and window and the files ``report`` writes; ``windowsize``:
+- ``eventlog``: reading the supervisor's event log (job records v1, v2 and v4; the tube
+  records of v3 skipped) with a fixed schema;
+  ``report``: metrics per tube and window and the files ``report`` writes; ``costs``: what
+  jobs cost (peak memory and CPU per tube and window, the costliest jobs); ``windowsize``:
   the window's length, given or chosen from the log's span; ``charts``: its charts (inline
   SVG in the page, PNG files beside it) and HTML page.
 - ``deadletters``: buried jobs to Parquet and back.

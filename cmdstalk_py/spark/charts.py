@@ -170,8 +170,85 @@ svg { max-width: 100%; height: auto; border: 1px solid #eee; display: block; }
 """
 
 
-def write_html(out_dir: Path, windows: Any, totals: Any, title: str, notes: list[str]) -> Path:
-    """Write ``report.html`` and ``charts/*.png`` under ``out_dir``; the page's path."""
+# What jobs cost: memory in MiB, CPU to the millisecond the event log keeps.
+_COSTS = {
+    "memory_jobs": "jobs (mem)",
+    "memory_p50_bytes": "mem p50 MiB",
+    "memory_p95_bytes": "mem p95 MiB",
+    "memory_max_bytes": "mem max MiB",
+    "cpu_jobs": "jobs (cpu)",
+    "cpu_p50_s": "cpu p50 s",
+    "cpu_p95_s": "cpu p95 s",
+    "cpu_max_s": "cpu max s",
+}
+_COSTLIEST = {
+    "by": "by",
+    "rank": "#",
+    "job_id": "job",
+    "outcome": "outcome",
+    "peak_memory_bytes": "peak MiB",
+    "cpu_s": "cpu s",
+    "procs": "procs",
+    "start": "start",
+    "hostname": "host",
+    "server": "server",
+}
+
+
+def _cost_cell(column: str, value: Any) -> str:
+    if pd.isna(value):
+        return ""
+    if column.endswith("bytes"):
+        return f"{value / (1 << 20):,.1f}"
+    if column.endswith("_s"):
+        return f"{value:,.3f}"
+    if column == "start":
+        return str(pd.Timestamp(value).strftime("%Y-%m-%d %H:%M:%S"))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a count in a column that also holds nulls is a float in pandas
+    return html.escape(str(value))
+
+
+def _cost_table(df: Any, headers: dict[str, str]) -> str:
+    shown = pd.DataFrame({c: [_cost_cell(c, v) for v in df[c]] for c in headers if c in df})
+    return str(shown.rename(columns=headers).to_html(index=False, escape=False, border=0))
+
+
+def _resources(totals: Any) -> list[str]:
+    """The page's "What jobs cost" section: the cost figures per tube (or why there are
+    none)."""
+    if "memory_jobs" not in totals.columns:
+        return []
+    parts = ["<h2>What jobs cost</h2>"]
+    if not (totals["memory_jobs"].sum() or totals["cpu_jobs"].sum()):
+        parts.append(
+            '<p class="note">No job in these logs has figures of peak memory or CPU: '
+            "records written before event log schema 4 do not carry them.</p>"
+        )
+        return parts
+    return [*parts, _cost_table(totals, {"tube": "tube", **_COSTS})]
+
+
+def _tube_costliest(costliest: Any, tube: object) -> list[str]:
+    if costliest is None:
+        return []
+    rows = costliest[costliest["tube"] == tube]
+    if not len(rows):
+        return []
+    return ["<h3>Jobs that cost most</h3>", _cost_table(rows, _COSTLIEST)]
+
+
+def write_html(
+    out_dir: Path,
+    windows: Any,
+    totals: Any,
+    title: str,
+    notes: list[str],
+    costliest: Any = None,
+) -> Path:
+    """Write ``report.html`` and ``charts/*.png`` under ``out_dir``; the page's path.
+
+    ``costliest`` (``report.costliest``'s rows) adds each tube's most costly jobs."""
     charts = out_dir / "charts"
     charts.mkdir(parents=True, exist_ok=True)
     parts = [
@@ -182,6 +259,7 @@ def write_html(out_dir: Path, windows: Any, totals: Any, title: str, notes: list
         *(f'<p class="note">{html.escape(n)}</p>' for n in notes),
         "<h2>Tubes</h2>",
         _table(totals),
+        *_resources(totals),
     ]
     for index, tube in enumerate(totals["tube"]):
         rows = windows[windows["tube"] == tube]
@@ -199,6 +277,7 @@ def write_html(out_dir: Path, windows: Any, totals: Any, title: str, notes: list
                 "all are in summary.csv.</p>"
             )
         parts.append(_table(rows.tail(MAX_TABLE_ROWS).drop(columns=["tube"])))
+        parts += _tube_costliest(costliest, tube)
     parts.append("</body></html>")
     page = out_dir / "report.html"
     page.write_text("\n".join(parts), encoding="utf-8")

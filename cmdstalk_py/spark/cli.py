@@ -18,6 +18,7 @@ from cmdstalk_py.spark.drainopts import drain_config, supervisor_options
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cmdstalk_py.spark.report import ReportFiles
     from cmdstalk_py.spark.writeresult import EnqueueSummary
 
 # What the ``spark`` extra installs: without one of them a command says which extra to get.
@@ -245,12 +246,25 @@ def _to(servers: tuple[str, ...], summary: EnqueueSummary) -> str:
     "60 windows (a 14 s drain gets 1 s windows, a day 30 min).",
 )
 @click.option("--overwrite", is_flag=True, help="Write into OUT although it is not empty.")
+@click.option(
+    "--top",
+    type=click.IntRange(1, 10_000),
+    default=10,  # costs.TOP_COSTLIEST, not imported here: it loads pyspark
+    show_default=True,
+    help="Jobs per tube in the 'cost most' tables: by peak memory, and by CPU.",
+)
 @click.pass_context
 def report(
-    ctx: click.Context, events: tuple[str, ...], out: str, window: str | None, overwrite: bool
+    ctx: click.Context,
+    events: tuple[str, ...],
+    out: str,
+    window: str | None,
+    overwrite: bool,
+    top: int,
 ) -> None:
     """Per tube and window: jobs, jobs/s, outcome rates, duration percentiles, queue age,
-    top failures. Writes Parquet, CSV and report.html with charts to OUT.
+    top failures, peak memory and CPU (p50, p95, max); per tube the jobs that cost most.
+    Writes Parquet, CSV and report.html with charts to OUT.
 
     OUT must be empty or new (--overwrite replaces a report there); the event logs and OUT
     are checked before Spark starts."""
@@ -271,7 +285,7 @@ def report(
 
     with _session(ctx, "report") as spark, Progress(spark) as progress:
         try:
-            files = build_report(spark, list(events), out_dir, size, progress)
+            files = build_report(spark, list(events), out_dir, size, progress, top)
         except ReportError as exc:
             raise click.ClickException(str(exc)) from exc
         progress.step("done")
@@ -279,10 +293,19 @@ def report(
     click.echo(
         f"{files.events} events ({files.rejected} rejected), {files.tubes} tubes, "
         f"{files.windows} window{'' if files.windows == 1 else 's'} of {files.window.label}"
-        f"{chosen}\n"
+        f"{chosen}\n{_figures_line(files)}\n"
         f"report:  {files.html}\nsummary: {files.summary_csv}\ntubes:   {files.tubes_csv}\n"
-        f"parquet: {files.out / 'events'}, {files.out / 'windows'} (by tube, date)"
+        f"costs:   {files.costliest_csv} (top {files.top} per tube by memory, by CPU)\n"
+        f"parquet: {files.out / 'events'}, {files.out / 'windows'} (by tube, date), "
+        f"{files.out / 'costliest'}"
     )
+
+
+def _figures_line(files: ReportFiles) -> str:
+    """How many jobs the cost figures cover: a log from before schema 4 has none."""
+    if not (files.memory_jobs or files.cpu_jobs):
+        return "no peak memory or CPU figures (event log records before schema 4 have none)"
+    return f"figures of peak memory for {files.memory_jobs} jobs, of CPU for {files.cpu_jobs}"
 
 
 @main.command("drain")

@@ -1,12 +1,14 @@
-"""Reading the supervisor's event log (schema v1 or v2) into Spark with a fixed schema.
+"""Reading the supervisor's event log (schema v1, v2 or v4) into Spark with a fixed schema.
 
 The schema is the contract in the README's "Event log" section (cmdstalk_py/ops/eventlog.py writes
 it). It is never inferred: inference over thousands of files is slow, and a log whose first
 lines happen to have only null exit codes would infer the wrong type. Lines that are not
 valid JSON objects, or carry another schema version, are counted and left out. v2 added
-``pool`` and ``server``; a v1 record reads as pool ``default`` and a null server. Records
-that are not jobs (an ``event`` key: a tube held back or servable again, schema v3) are
-neither: they are skipped, so a log with them gives the same job figures as one without.
+``pool`` and ``server``; a v1 record reads as pool ``default`` and a null server. v4 added
+what the command's tree cost (``peak_memory_bytes``, ``cpu_s``, ``procs``): null in older
+records. Records that are not jobs (an ``event`` key: a tube held back or servable again,
+schema v3) are neither: they are skipped, so a log with them gives the same job figures as
+one without.
 """
 
 from __future__ import annotations
@@ -98,11 +100,11 @@ class EventLogData:
 def read_events(spark: SparkSession, paths: str | list[str]) -> EventLogData:
     """Parse JSON-lines event logs (globs allowed) with the fixed schema.
 
-    ``events`` has the schema-v2 columns (v1 records: pool ``default``, server null)
-    plus ``start_ts`` / ``end_ts`` (UTC timestamps) and ``date`` (of start); ``rejected``
-    has one column, ``line``: the lines that were malformed, had a schema version other
-    than 1 or 2, or no parseable start time or tube. Records with an ``event`` key (not
-    jobs) are in neither.
+    ``events`` has the schema-v4 columns (v1 records: pool ``default``, server null; v1
+    and v2 records: null cost figures) plus ``start_ts`` / ``end_ts`` (UTC timestamps)
+    and ``date`` (of start); ``rejected`` has one column, ``line``: the lines that were
+    malformed, had a schema version other than 1, 2 or 4, or no parseable start time or
+    tube. Records with an ``event`` key (not jobs) are in neither.
     """
     with_corrupt = StructType(
         [*EVENT_SCHEMA.fields, StructField(EVENT_KIND, StringType()),

@@ -5,8 +5,9 @@ Rates are fractions of the jobs that finished in the window (by start time): ``s
 (deleted), ``release`` (released for a retry), ``bury`` (buried by the exit code or the
 release limit, or before running), ``timeout`` (killed at the TTR and buried), ``lost``
 (the server took the job back) and ``shutdown`` (released by a supervisor shutdown); they
-add up to 1. Durations and queue ages are ``percentile_approx`` with accuracy
-``PERCENTILE_ACCURACY``: the value returned for percentile p has a rank within
+add up to 1. Durations, queue ages and what jobs cost (``costs``: peak memory and CPU
+seconds, p50 / p95 / max over the jobs with the figure) are ``percentile_approx`` with
+accuracy ``PERCENTILE_ACCURACY``: the value returned for percentile p has a rank within
 ``n / PERCENTILE_ACCURACY`` of ``p·n`` among the n jobs of its window (exact below
 10,000 jobs per window and tube).
 """
@@ -23,6 +24,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window as SparkWindow
 
 from cmdstalk_py.spark import eventlog as ev
+from cmdstalk_py.spark.costs import (
+    COST_COLUMNS,
+    COSTLIEST_COLUMNS,
+    TOP_COSTLIEST,
+    cost_aggs,
+    costliest,
+    unpack_costs,
+)
 from cmdstalk_py.spark.windowsize import WindowSize as WindowSize
 from cmdstalk_py.spark.windowsize import parse_window as parse_window
 from cmdstalk_py.spark.windowsize import window_for_span
@@ -56,6 +65,7 @@ def _outcome_aggs() -> list[Column]:
         F.avg("age_s").alias("age_avg_s"),
         F.max("age_s").alias("age_max_s"),
         F.countDistinct("hostname").alias("hosts"),
+        *cost_aggs(PERCENTILE_ACCURACY),
     ]
 
 
@@ -67,7 +77,7 @@ def _finish(df: DataFrame) -> DataFrame:
     for i, p in enumerate(("p50", "p90", "p99")):
         out = out.withColumn(f"duration_{p}_ms", F.col("_dur")[i])
         out = out.withColumn(f"age_{p}_s", F.col("_age")[i])
-    return out.drop("_dur", "_age")
+    return unpack_costs(out.drop("_dur", "_age"))
 
 
 def _failure_key() -> Column:
@@ -165,6 +175,7 @@ SUMMARY_COLUMNS = [
     "age_max_s",
     "hosts",
     "top_failures",
+    *COST_COLUMNS,
 ]
 TOTAL_COLUMNS = ["tube", "first_start", "last_end", *SUMMARY_COLUMNS[3:]]
 
@@ -182,6 +193,11 @@ class ReportFiles:
     html: Path
     summary_csv: Path
     tubes_csv: Path
+    costliest_csv: Path
+    top: int
+    #: Jobs with a peak memory figure, and with a CPU figure (0 in logs before schema 4).
+    memory_jobs: int
+    cpu_jobs: int
 
 
 def _small_table(df: DataFrame) -> Any:
@@ -216,14 +232,17 @@ def build_report(
     out: str | Path,
     window: WindowSize | None = None,
     progress: Progress | None = None,
+    top: int = TOP_COSTLIEST,
 ) -> ReportFiles:
     """Read the event logs, compute the metrics, write every output under ``out``.
 
     ``out/events`` and ``out/windows`` are Parquet datasets partitioned by ``tube`` and
     ``date`` (replaced if present), ``summary.csv`` has one line per tube and window,
-    ``tubes.csv`` one per tube, and ``report.html`` shows both with a chart per tube
-    (inline SVG; the same charts as PNG files in ``charts/``, replaced whole). ``window``
-    None: the length ``windowsize.window_for_span`` picks for the log's span.
+    ``tubes.csv`` one per tube, ``costliest.csv`` and the Parquet ``out/costliest`` the
+    ``top`` jobs of each tube by peak memory and by CPU, and ``report.html`` shows them
+    all with a chart per tube (inline SVG; the same charts as PNG files in ``charts/``,
+    replaced whole). ``window`` None: the length ``windowsize.window_for_span`` picks for
+    the log's span.
     """
     from cmdstalk_py.spark.charts import write_html
 
@@ -253,6 +272,8 @@ def build_report(
     tubes_csv = out_dir / "tubes.csv"
     windows_pdf.to_csv(summary_csv, index=False)
     totals_pdf.to_csv(tubes_csv, index=False)
+    say(f"ranking the {top} jobs per tube that cost most memory and CPU")
+    costliest_pdf = _write_costliest(events, out_dir, top)
     say("drawing charts and writing report.html")
     # An earlier report's charts go: a tube it had and this log has not keeps no PNG.
     shutil.rmtree(out_dir / "charts", ignore_errors=True)
@@ -260,12 +281,16 @@ def build_report(
         out_dir,
         windows_pdf,
         totals_pdf,
+        costliest=costliest_pdf,
         title=f"cmdstalk report ({window.label} windows)",
         notes=[
             f"{n_events} events from {events_paths}; {n_rejected} lines rejected "
             "(malformed, another schema version, or no start time).",
             "Percentiles are approximate: the value shown for percentile p ranks within "
             f"n/{PERCENTILE_ACCURACY} of p·n among the window's n jobs.",
+            "Memory is the peak resident memory of a job's process tree, CPU its user + "
+            "system seconds; their figures cover the jobs that have them (event log "
+            "schema 4 records, and memory only where it was sampled).",
         ],
     )
     windows.unpersist()
@@ -280,7 +305,24 @@ def build_report(
         html=html,
         summary_csv=summary_csv,
         tubes_csv=tubes_csv,
+        costliest_csv=out_dir / "costliest.csv",
+        top=top,
+        memory_jobs=int(totals_pdf["memory_jobs"].sum()),
+        cpu_jobs=int(totals_pdf["cpu_jobs"].sum()),
     )
+
+
+def _write_costliest(events: DataFrame, out_dir: Path, top: int) -> Any:
+    """``costliest.csv`` and the Parquet ``out_dir/costliest`` (one file: at most ``2·top``
+    rows per tube); the table as pandas, for the page."""
+    ranked = costliest(events, top).orderBy("tube", "by", "rank").cache()
+    dataset = out_dir / "costliest"
+    ranked.coalesce(1).write.mode("overwrite").parquet(str(dataset))
+    table = _small_table(ranked.select(*COSTLIEST_COLUMNS))
+    check_visible(dataset, len(table))
+    table.to_csv(out_dir / "costliest.csv", index=False)
+    ranked.unpersist()
+    return table
 
 
 def _count_and_span(events: DataFrame) -> tuple[int, float]:

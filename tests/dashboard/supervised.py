@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import urllib.error
@@ -29,13 +30,22 @@ TOKEN = "t0ken-for-tests"
 Started = list[tuple[ServerProcess, BeanstalkServer]]  # each server and its process
 
 # The payload picks the behaviour: "slow" prints a line every 0.2 s for a long while,
-# "fail" writes hostile markup and an escape to stderr and exits 3 (buried: 3 is listed).
+# "fail" writes hostile markup and an escape to stderr and exits 3 (buried: 3 is listed),
+# "hog FILE" holds HOG_MB MiB (every page written), says so, and exits 0 once FILE exists.
+HOG_MB = 50
+HOG = f"""import os, sys, time
+b = b"1" * ({HOG_MB} << 20)
+print("holding", flush=True)
+end = time.monotonic() + 120
+while not os.path.exists(sys.argv[1]) and time.monotonic() < end:
+    time.sleep(0.05)"""
 JOB = r"""read p
 case "$p" in
   slow*) i=0; while [ $i -lt 150 ]; do echo "tick $i"; i=$((i+1)); sleep 0.2; done ;;
   fail*) echo "starting"; printf 'bad <img src=x onerror="document.title=1"> \033[31mred\n' >&2
          echo 'no such user <script>document.title="pwned"</script>' >&2; exit 3 ;;
-esac"""
+  hog\ *) exec PYTHON -c HOG "${p#hog }" ;;
+esac""".replace("PYTHON", shlex.quote(sys.executable)).replace("HOG", shlex.quote(HOG))
 
 
 def base_env() -> dict[str, str]:

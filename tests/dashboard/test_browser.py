@@ -1,6 +1,7 @@
 """The dashboard in a real browser: headless Debian Chromium driven by Playwright.
 
-It checks what an operator sees: a running job whose elapsed time advances, a failure with
+It checks what an operator sees: a running job whose elapsed time advances, what a job's
+tree holds while it runs and what it cost once finished, a failure with
 its stderr tail (hostile markup shown as text, never run), an action refused without the
 token and carried out with it, its answer in view of the button however far down the page
 it is, a kicked job's row without its buttons, a drain that asks first; and that a page of
@@ -11,6 +12,7 @@ takes is README's (``docs/dashboard.png``, rewritten when ``CMDSTALK_UPDATE_SCRE
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard.supervised import (
+    HOG_MB,
     TOKEN,
     Supervised,
     server_processes,
@@ -78,7 +81,7 @@ def test_dashboard_in_chromium(
 
         failing = producer.put(b"fail")
         _wait_text(page, "#finished tbody tr.failed", "no such user")
-        tail = _cell(page, "finished", failing, 8)  # after the server column (hidden: one)
+        tail = _cell(page, "finished", failing, 11)  # after the server column (hidden: one)
         assert '<script>document.title="pwned"</script>' in tail  # shown as text
         assert "\\x1b[31mred" in tail  # the escape shown, not sent to the renderer
         assert page.title() == "cmdstalk"  # neither the <script> nor the onerror ran
@@ -88,6 +91,46 @@ def test_dashboard_in_chromium(
         if os.environ.get("CMDSTALK_UPDATE_SCREENSHOT") == "1":
             shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
         _drain_asks_first(page, sup)
+
+
+def _mib(text: str) -> float:
+    """``"61 MiB"`` → 61.0 (the page's sizes); AssertionError for anything else."""
+    match = re.fullmatch(r"(\d+(?:\.\d)?) (B|KiB|MiB|GiB)", text)
+    assert match, text
+    scale = {"B": 1 / (1 << 20), "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[match[2]]
+    return float(match[1]) * scale
+
+
+def test_what_jobs_cost_on_the_page(
+    real_beanstalkd: BeanstalkServer, tmp_path: Path, page: Any
+) -> None:
+    done = tmp_path / "done"
+    producer = real_beanstalkd.client(use="work")
+    with supervised(real_beanstalkd, tmp_path, None, "--max-memory", "1G") as sup:
+        hog = producer.put(f"hog {done}".encode(), ttr=120)
+        page.goto(sup.url)
+        row = f"#running tbody tr[data-job='{hog}']"
+
+        def live_memory() -> float:
+            text = str(page.locator(f"{row} td.memory").text_content(timeout=30_000))
+            return 0.0 if text == "-" else _mib(text)
+
+        wait_until(lambda: live_memory() >= HOG_MB, timeout=30,
+                   message=f"{HOG_MB} MiB live on the page")  # fmt: skip
+        assert re.fullmatch(r"\d+\.\d\d s", _text(page, f"{row} td.cpu")), _text(page, row)
+        assert int(_text(page, f"{row} td.procs")) >= 1
+        done.touch()
+        finished = f"#finished tbody tr[data-job='{hog}']"
+        page.locator(finished).wait_for(timeout=30_000)
+        assert _mib(_text(page, f"{finished} td.memory")) >= HOG_MB
+        assert float(_text(page, f"{finished} td.cpu").removesuffix(" s")) > 0
+        assert int(_text(page, f"{finished} td.procs")) >= 1
+        assert page.locator("#finished thead th", has_text="peak memory").is_visible()
+        page.screenshot(path=str(tmp_path / "costs.png"), full_page=True)
+
+
+def _text(page: Any, selector: str) -> str:
+    return str(page.locator(selector).first.text_content(timeout=30_000))
 
 
 def test_a_rebound_name_reads_nothing(

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +20,7 @@ from cmdstalk_py.ops.metrics import MetricsExporter, parse_hostport, start_metri
 from cmdstalk_py.ops.observers import TubeHold
 from cmdstalk_py.supervisor.results import JobResult, Outcome
 from tests.helpers import BeanstalkServer, free_port, running_beanstalkd, wait_until
+from tests.ops.procs import stop_process
 
 # Without the metrics extra the module skips instead of failing the whole collection.
 parser = pytest.importorskip("prometheus_client.parser", reason="the metrics extra is absent")
@@ -283,3 +291,74 @@ def test_queue_gauges_follow_the_servers_served_now(beanstalk: BeanstalkServer) 
     finally:
         on_demand.close()
         polling.close()
+
+
+MIB = 1 << 20
+
+
+def test_job_cost_histograms_per_pool_and_tube(exporter: MetricsExporter) -> None:
+    ran = result(Outcome.DELETED)._replace(pool="img", peak_memory_bytes=50 * MIB, cpu_s=1.5)
+    exporter.job_finished(ran)
+    exporter.job_finished(ran._replace(peak_memory_bytes=3 * MIB, cpu_s=0.02))
+    # Figures not known: not observed (no zero to drag the quantiles down).
+    exporter.job_finished(ran._replace(peak_memory_bytes=None, cpu_s=None))
+    exporter.job_finished(ran._replace(peak_memory_bytes=None, cpu_s=0.5))
+    s = scrape(exporter.port)
+    at = {"pool": "img", "tube": "work"}
+    memory, cpu = "cmdstalk_job_peak_memory_bytes", "cmdstalk_job_cpu_seconds"
+    assert value(s, memory + "_count", **at) == 2
+    assert value(s, memory + "_sum", **at) == 53 * MIB
+    assert value(s, memory + "_bucket", **at, le="4.194304e+06") == 1
+    assert value(s, memory + "_bucket", **at, le="6.7108864e+07") == 2
+    assert value(s, cpu + "_count", **at) == 3
+    assert value(s, cpu + "_sum", **at) == pytest.approx(2.02)
+    assert value(s, cpu + "_bucket", **at, le="1.0") == 2
+    assert value(s, memory + "_count", pool="default", tube="work") is None
+
+
+def test_job_cost_of_real_jobs(beanstalk: BeanstalkServer, tmp_path: Path) -> None:
+    """A real supervisor's jobs: the histograms hold exactly the figures its event log
+    gives, a job whose figure is unknown left out."""
+    events, port = tmp_path / "events.jsonl", free_port()
+    hog = f"{shlex.quote(sys.executable)} -c \"import time; b = b'1' * (60 << 20); time.sleep(1)\""
+    producer = beanstalk.client(use="cost")
+    for body in (hog, "true", "exit 3"):  # deleted, deleted, buried
+        producer.put(body.encode(), ttr=60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CMDSTALK_", "NOTIFY_"))}
+    argv = [sys.executable, "-m", "cmdstalk_py", "--address", beanstalk.address, "--tubes",
+            "cost", "--cmd", 'eval "$(cat)"', "--events", str(events), "--metrics",
+            f"127.0.0.1:{port}", "--max-memory", "1G", "--bury-exit-codes", "3"]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(_records(events)) >= 3, 60, message="3 event records")
+        records = _records(events)[:3]
+        scraped = wait_until(lambda: _scraped_after(port, len(records)), 30, message="the scrape")
+    finally:
+        stop_process(proc)
+    assert scraped is not None
+    s, at = scraped, {"pool": "default", "tube": "cost"}
+    peaks = [r["peak_memory_bytes"] for r in records if r["peak_memory_bytes"] is not None]
+    cpus = [r["cpu_s"] for r in records if r["cpu_s"] is not None]
+    assert max(peaks) >= 60 * MIB  # the hog, sampled under --max-memory
+    assert value(s, "cmdstalk_job_peak_memory_bytes_count", **at) == len(peaks)
+    assert value(s, "cmdstalk_job_peak_memory_bytes_sum", **at) == sum(peaks)
+    assert value(s, "cmdstalk_job_cpu_seconds_count", **at) == len(cpus) == 3
+    # The event log rounds CPU to the millisecond.
+    assert value(s, "cmdstalk_job_cpu_seconds_sum", **at) == pytest.approx(sum(cpus), abs=0.01)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1]]
+
+
+def _scraped_after(port: int, jobs: int) -> Samples | None:
+    """A scrape once the metrics count ``jobs`` (the event log may be written first)."""
+    try:
+        s = scrape(port)
+    except OSError:
+        return None
+    finished = "cmdstalk_jobs_finished_total"
+    counted = [v for (name, tags), v in s.items() if name == finished and ("tube", "cost") in tags]
+    return s if sum(counted) >= jobs else None

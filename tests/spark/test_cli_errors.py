@@ -81,3 +81,17 @@ def test_cause_line_finds_the_innermost_message() -> None:
     assert (
         cause_line(RuntimeError(plain)) == "[PATH_NOT_FOUND] Path does not exist: file:/tmp/x.json."
     )
+
+
+@pytest.mark.parametrize("top", ["0", "-1", "nan", "1e3", "10001"])
+def test_a_bad_top_is_one_error_line_and_exit_2(top: str, tmp_path: Path) -> None:
+    """Checked before Spark starts (no session asked for): nothing is written."""
+    log = tmp_path / "events.jsonl"
+    log.write_text("")
+    out = tmp_path / "out"
+    args = ["report", "--events", str(log), "--out", str(out), "--top", top]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "--top" in errors[0], result.output
+    assert not out.exists()

@@ -84,6 +84,7 @@ def _events(path: Path, n: int) -> None:
             job_id=i, tube=f"t{i % 2}", slot=0, outcome=Outcome.DELETED, started_at=1.7e9 + i,
             ended_at=1.7e9 + i + 0.01, priority=1024, ttr=60, releases=0, timeouts=0,
             reserves=1, age_s=0, payload_bytes=3, exit_code=0,
+            peak_memory_bytes=(i % 100 + 1) << 20, cpu_s=i / 100,
         )
         for i in range(n)
     ]  # fmt: skip
@@ -100,6 +101,11 @@ def test_report_output_is_readable_on_the_driver(spark_cluster: Cluster, tmp_pat
     events = pd.read_parquet(tmp_path / "rep" / "events")
     assert len(events) == 500 and set(events["tube"]) == {"t0", "t1"}
     assert len(pd.read_parquet(tmp_path / "rep" / "windows")) > 0
+    # The jobs that cost most: 10 per tube by memory and 10 by CPU, the last job on top.
+    costliest = pd.read_parquet(tmp_path / "rep" / "costliest")
+    assert len(costliest) == 40 and set(costliest["by"]) == {"memory", "cpu"}
+    top_cpu = costliest[(costliest["by"] == "cpu") & (costliest["rank"] == 1)]
+    assert sorted(top_cpu["job_id"]) == [498, 499]
 
 
 def test_spark_submit_master_is_honoured(spark_cluster: Cluster, tmp_path: Path) -> None:

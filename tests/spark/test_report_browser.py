@@ -48,12 +48,14 @@ def _job(tube: str, i: int, start: float, outcome: Outcome, **kw: Any) -> JobRes
 
 
 def write_log(path: Path) -> None:
-    """Three busy hours of ``images`` with failures, and a 20-minute ``mail/$x$`` log."""
+    """Three busy hours of ``images`` with failures and cost figures, and a 20-minute
+    ``mail/$x$`` log without figures (as before event log schema 4)."""
     jobs = []
     for i in range(3 * 600):
         fail = i % 10 == 0
         outcome = Outcome.BURIED if fail else Outcome.DELETED
-        extra = {"exit_code": 2 + i % 3} if fail else {"exit_code": 0}
+        extra: dict[str, Any] = {"exit_code": 2 + i % 3} if fail else {"exit_code": 0}
+        extra.update(peak_memory_bytes=(40 + i % 500) << 20, cpu_s=i % 97 / 10, procs=3)
         jobs.append(_job("images", i, T10 + i * 6, outcome, **extra))
     for i in range(200):
         kw: dict[str, Any] = {"signal": 9} if i % 25 == 0 else {"exit_code": 0}
@@ -109,6 +111,17 @@ def check_top_failures(page: Any) -> None:
     assert page.locator("td", has_text="SIGKILL ×").first.is_visible()
 
 
+def check_costs(page: Any) -> None:
+    """The cost tables (per tube, and the costliest jobs under a tube's charts) are shown,
+    inside the window."""
+    for header in ("mem p95 MiB", "peak MiB"):
+        cell = page.locator("th", has_text=header).first
+        assert cell.is_visible(), header
+        box = cell.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= WIDTH, (header, box)
+    assert page.locator("td", has_text="539.0").first.is_visible()  # the highest peak, MiB
+
+
 def test_report_page_in_chromium(spark: SparkSession, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
     from cmdstalk_py.spark.report import build_report, parse_window
@@ -128,6 +141,7 @@ def test_report_page_in_chromium(spark: SparkSession, tmp_path: Path) -> None:
             assert scroll <= client <= WIDTH, (scroll, client)  # no horizontal scrolling
             check_axes(page.evaluate(AXES_JS))
             check_top_failures(page)
+            check_costs(page)
             titles = page.locator("figure.chart svg").first.locator("text")
             assert titles.filter(has_text="tube images:").count() == 1
             assert page.locator("figure.chart svg text", has_text="tube mail/$x$:").count() == 1

@@ -9,7 +9,9 @@ Modules:
 
 - ``board``: ``Board``, the Observer that keeps what the page shows about jobs: the
   running ones (pool, pid, elapsed against the limit that applies: TTR, max runtime or
-  none; last output lines) and the latest finished ones.
+  none; last output lines) and the latest finished ones (with what their trees cost).
+- ``live``: ``LiveUsage``, the memory, CPU and processes of each running job's tree now,
+  from one /proc scan at most every second, however many look, and never on the loop.
 - ``queues``: ``QueueView``, stats-tube of the supervisor's tubes on the dashboard's own
   connection to one server, with rates; polled only when a page or ``/api`` asks, at most
   once a second. ``Queues``: a view per server the supervisor serves now (a reload may

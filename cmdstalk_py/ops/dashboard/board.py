@@ -87,6 +87,10 @@ def finished_json(f: Finished) -> dict[str, Any]:
         "duration_ms": round(r.duration_ms, 1),
         "ended_at": r.ended_at,
         "release_delay": r.release_delay,
+        # What its tree cost (null: not known, e.g. never run or not sampled).
+        "peak_memory_bytes": r.peak_memory_bytes,
+        "cpu_s": round(r.cpu_s, 3) if r.cpu_s is not None else None,
+        "procs": r.procs,
         "stderr_tail": [line[:LINE_CHARS] for line in tail],
         "error": r.error,
         "acted": f.acted,

@@ -9,7 +9,7 @@ and pause take ``server`` (``host:port``, one the supervisor serves; optional wi
 It runs on an asyncio event loop it is given, or on its own loop in one thread
 (``cmdstalk-dashboard``) when given none; ``listener`` bounds what clients may take,
 ``snapshots`` renders each part at most twice a second, ``offload`` keeps everything that
-blocks (a server's stats, an action's connection) off the loop.
+blocks (a server's stats, an action's connection, /proc for ``live``) off the loop.
 
 What a page shows comes from jobs, which are attacker-controlled: the page builds every
 element with ``textContent`` and the Content-Security-Policy allows no inline script and
@@ -37,6 +37,7 @@ from cmdstalk_py.ops.dashboard.actions import ActionError, Actions
 from cmdstalk_py.ops.dashboard.board import Board
 from cmdstalk_py.ops.dashboard.hosts import HostCheck
 from cmdstalk_py.ops.dashboard.listener import Listener, error_response
+from cmdstalk_py.ops.dashboard.live import LiveUsage
 from cmdstalk_py.ops.dashboard.offload import Offload
 from cmdstalk_py.ops.dashboard.queues import Queues
 from cmdstalk_py.ops.dashboard.snapshots import Rendered, Snapshots
@@ -70,7 +71,8 @@ class Dashboard(Observer):
 
     ``board`` must be added to the supervisor's observers (``start_dashboard`` does not);
     ``connections()`` lists the brokers' connections; ``metrics`` renders ``/metrics``;
-    ``allow_hosts``: names a ``Host`` header may give besides the listening address's.
+    ``allow_hosts``: names a ``Host`` header may give besides the listening address's;
+    ``live`` reads the running jobs' trees (a ``LiveUsage`` of /proc when not given).
     On ``loop`` when given (from any thread, running or not yet), else on its own loop in
     a thread of its own. The socket is bound before this returns: OSError if it cannot be.
     """
@@ -86,9 +88,11 @@ class Dashboard(Observer):
         metrics: Callable[[], tuple[bytes, str]] | None = None,
         allow_hosts: Iterable[str] = (),
         loop: asyncio.AbstractEventLoop | None = None,
+        live: LiveUsage | None = None,
     ) -> None:
         host, port = parse_hostport(listen)
         self.board, self.queues, self.actions = board, queues, actions
+        self.live = live if live is not None else LiveUsage()
         self.token = token or None
         self.connections = connections
         self.metrics = metrics
@@ -134,11 +138,23 @@ class Dashboard(Observer):
                 "state": "draining" if self.actions.drained else self.board.state,
                 "actions": self.token is not None,
             },
-            "running": self.board.running(),
+            "running": self.running(),
             "finished": self.board.finished(),
             "queue": self.queues.snapshot(),
             "connections": self.connection_states(),
         }
+
+    def running(self) -> list[dict[str, Any]]:
+        """The running jobs (``Board.running``), each with its tree's figures now:
+        ``memory_bytes``, ``cpu_s``, ``procs`` (null until a scan has seen it). Reads /proc:
+        called off the loop, as every part is."""
+        jobs = self.board.running()
+        figures = self.live.of([(job["pid"], job["started_at"]) for job in jobs])
+        for job, now in zip(jobs, figures, strict=True):
+            job["memory_bytes"] = now.memory_bytes if now else None
+            job["cpu_s"] = round(now.cpu_s, 2) if now else None
+            job["procs"] = now.procs if now else None
+        return jobs
 
     def connection_states(self) -> list[dict[str, Any]]:
         """Each broker's connection, its reconnections, and the dashboard's own."""
@@ -157,7 +173,7 @@ class Dashboard(Observer):
         """What ``/api/NAME`` (and ``/metrics``) render, each off the loop."""
         parts: dict[str, Callable[[], Any]] = {
             "state": self.state,
-            "running": self.board.running,
+            "running": self.running,
             "finished": self.board.finished,
             "tubes": self.queues.snapshot,
             "connections": self.connection_states,

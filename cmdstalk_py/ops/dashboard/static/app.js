@@ -42,6 +42,30 @@ function lines(list) {
   return el("pre", (list || []).map(visible).join("\n"));
 }
 
+// Sizes in binary units, as the log line gives a peak ("52 MiB peak"); null: not known.
+const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+
+function size(n) {
+  if (n === null || n === undefined) return "-";
+  let value = Number(n);
+  let unit = 0;
+  while (value >= 1024 && unit < UNITS.length - 1) { value /= 1024; unit += 1; }
+  return (unit === 0 ? String(value) : value.toFixed(value < 10 ? 1 : 0)) + " " + UNITS[unit];
+}
+
+function seconds(s) {
+  return s === null || s === undefined ? "-" : Number(s).toFixed(2) + " s";
+}
+
+function count(n) {
+  return n === null || n === undefined ? "-" : String(n);
+}
+
+// A job's tree: its memory, CPU seconds and processes (live, or the peak of a finished one).
+function costCells(memory, cpu, procs) {
+  return [td(size(memory), "num memory"), td(seconds(cpu), "num cpu"), td(count(procs), "num procs")];
+}
+
 // The limit that applies (Config.run_limit): the TTR, --max-runtime, or none at all
 // (--keep-alive without --max-runtime: the command runs as long as it needs).
 const LIMIT_NAMES = { ttr: "TTR", max_runtime: "max runtime" };
@@ -69,7 +93,8 @@ function renderRunning(running) {
   document.getElementById("running-count").textContent = "(" + running.length + ")";
   fill("running", running.map((j) => {
     const tr = row([j.pool ?? "-", td(j.server, "server"), j.tube, td(j.slot, "num"),
-      td(j.job_id, "num"), td(j.pid, "num"), elapsedCell(j), td(lines(j.output.slice(-5)))]);
+      td(j.job_id, "num"), td(j.pid, "num"), elapsedCell(j),
+      ...costCells(j.memory_bytes, j.cpu_s, j.procs), td(lines(j.output.slice(-5)))]);
     tr.dataset.job = String(j.job_id);
     return tr;
   }));
@@ -141,7 +166,8 @@ function renderFinished(finished) {
     const tail = f.error ? [...f.stderr_tail, "error: " + f.error] : f.stderr_tail;
     const tr = row([f.outcome, f.tube, td(f.server, "server"), td(f.slot, "num"),
       td(f.job_id, "num"), td(how, "num"),
-      td(f.duration_ms.toFixed(0) + " ms", "num"), when(f.ended_at), td(lines(tail)), acts]);
+      td(f.duration_ms.toFixed(0) + " ms", "num"),
+      ...costCells(f.peak_memory_bytes, f.cpu_s, f.procs), when(f.ended_at), td(lines(tail)), acts]);
     if (f.failed) tr.className = "failed";
     tr.dataset.job = String(f.job_id);
     return tr;

@@ -200,7 +200,9 @@ def test_a_killed_supervisors_job_cgroup_is_removed_by_the_next_start(
         assert psutil.pid_exists(escapee) and all(d.is_dir() for d in made)
         log = tmp_path / "second.log"
         with open(log, "wb") as stderr:
-            second = start_cmdstalk(*args, stdout=subprocess.DEVNULL, stderr=stderr)
+            # Another tube: the first's job, back in the queue, must not run again here.
+            again = (*args[:3], "lim-cg-idle", *args[4:])
+            second = start_cmdstalk(*again, stdout=subprocess.DEVNULL, stderr=stderr)
         wait_until(lambda: not any(d.exists() for d in made), 30,
                    message="the stale job cgroup removed")  # fmt: skip
         wait_until(lambda: gone(escapee), 10, message="the escapee killed")

@@ -3,13 +3,15 @@
 Three figures, each against a reference measured in the same run:
 
 - ``rate``: ``run_command`` of ``bash -c 'cat >/dev/null'`` with a 1-byte payload in a
-  plain loop (the process layer alone), batches alternating between no limit and all three
-  limits; prints both rates and their ratio. Run it with ``PYTHONPATH`` at a tree from
-  before the issue to get the reference without limits (``--no-limits-only``).
+  plain loop (the process layer alone), batches alternating between no limit, all three
+  limits sampled from /proc, and all three in a cgroup per run (where this process may
+  manage cgroups: ``process/cgroup.py``); prints the rates and each ratio to no limit. Run
+  it with ``PYTHONPATH`` at another tree to get that tree's rate without limits
+  (``--no-limits-only``), alternating the two trees.
 - ``cpu``: N commands that sleep, run at once with all three limits, and the same without:
   the supervisor's CPU (every thread) per running job per second of sampling.
 - ``overshoot``: a command allocating 50 MB every 100 ms under ``--max-memory 500M``: the
-  peak resident memory (its rusage) above the limit, per run.
+  peak memory above the limit, per run, sampled from /proc and (where it can) in a cgroup.
 
 Usage: ``python benchmarks/limits.py [rate|cpu|overshoot] [--jobs N] [--no-limits-only]``.
 """
@@ -35,6 +37,18 @@ def _limits() -> object:
     return Limits(memory=1 << 30, cpu=60.0, procs=100)
 
 
+def _via(mode: str) -> bool:
+    """Limits by ``mode`` (``proc``, ``cgroup``) from now on; False if this process
+    cannot manage a cgroup."""
+    from cmdstalk_py.process import cgroup
+
+    try:
+        cgroup.configure(mode)
+    except cgroup.Unusable:
+        return False
+    return True
+
+
 async def _batch(n: int, limited: bool) -> float:
     kw = {"limits": _limits()} if limited else {}
     start = time.perf_counter()
@@ -45,16 +59,23 @@ async def _batch(n: int, limited: bool) -> float:
 
 
 def rate(jobs: int, rounds: int, no_limits_only: bool) -> None:
-    plain: list[float] = []
-    limited: list[float] = []
+    rates: dict[str, list[float]] = {"no limit": [], "limits via proc": [], "limits via cgroup": []}
     for _ in range(rounds):
-        plain.append(asyncio.run(_batch(jobs, False)))
-        if not no_limits_only:
-            limited.append(asyncio.run(_batch(jobs, True)))
-    print(f"no limit: {statistics.median(plain):.0f} runs/s (batches {[round(r) for r in plain]})")
-    if limited:
-        ratio = statistics.median(b / a for a, b in zip(plain, limited, strict=True))
-        print(f"all limits: {statistics.median(limited):.0f} runs/s; paired ratio {ratio:.3f}")
+        rates["no limit"].append(asyncio.run(_batch(jobs, False)))
+        if no_limits_only:
+            continue
+        for mode in ("proc", "cgroup"):
+            if _via(mode):
+                rates[f"limits via {mode}"].append(asyncio.run(_batch(jobs, True)))
+    plain = rates["no limit"]
+    for name, got in rates.items():
+        if not got:
+            continue
+        line = f"{name}: {statistics.median(got):.0f} runs/s (batches {[round(r) for r in got]})"
+        if got is not plain:
+            ratio = statistics.median(b / a for a, b in zip(plain, got, strict=True))
+            line += f"; paired ratio to no limit {ratio:.3f}"
+        print(line)
 
 
 async def _sleepers(n: int, seconds: float, limited: bool) -> float:
@@ -68,10 +89,13 @@ async def _sleepers(n: int, seconds: float, limited: bool) -> float:
 
 def cpu(jobs: int, seconds: float) -> None:
     plain = asyncio.run(_sleepers(jobs, seconds, False))
-    limited = asyncio.run(_sleepers(jobs, seconds, True))
-    per = (limited - plain) / (jobs * seconds)
-    print(f"{jobs} sleepers x {seconds:.0f} s: CPU {plain:.3f} s without limits, "
-          f"{limited:.3f} s with: {per * 1000:.2f} ms per running job per second")  # fmt: skip
+    print(f"{jobs} sleepers x {seconds:.0f} s: CPU {plain:.3f} s without limits")
+    for mode in ("proc", "cgroup"):
+        if not _via(mode):
+            continue
+        limited = asyncio.run(_sleepers(jobs, seconds, True))
+        per = (limited - plain) / (jobs * seconds)
+        print(f"  via {mode}: {limited:.3f} s: {per * 1000:.2f} ms per running job per second")
     print(f"host processes now: {sum(1 for n in os.listdir('/proc') if n.isdigit())}")
 
 
@@ -85,15 +109,19 @@ def overshoot(runs: int) -> None:
     from cmdstalk_py.process.usage import Limits
 
     limit = 500 << 20
-    over: list[float] = []
-    for _ in range(runs):
-        result = asyncio.run(
-            run_command([sys.executable, "-c", ALLOCATE], b"", ENV, limits=Limits(memory=limit))
-        )
-        assert result.usage.peak_memory is not None
-        over.append((result.usage.peak_memory - limit) / (1 << 20))
-    print(f"--max-memory 500M, 50 MB per 100 ms: overshoot MB {[round(o) for o in over]}, "
-          f"median {statistics.median(over):.0f}, max {max(over):.0f}")  # fmt: skip
+    for mode in ("proc", "cgroup"):
+        if not _via(mode):
+            print(f"via {mode}: this process may not manage a cgroup")
+            continue
+        over: list[float] = []
+        for _ in range(runs):
+            argv = [sys.executable, "-c", ALLOCATE]
+            result = asyncio.run(run_command(argv, b"", ENV, limits=Limits(memory=limit)))
+            assert result.usage.peak_memory is not None
+            over.append((result.usage.peak_memory - limit) / (1 << 20))
+        print(f"via {mode}: --max-memory 500M, 50 MB per 100 ms: overshoot MB "
+              f"{[round(o) for o in over]}, median {statistics.median(over):.0f}, "
+              f"max {max(over):.0f}")  # fmt: skip
 
 
 def main() -> None:

@@ -21,7 +21,10 @@ tails and the line budget), ``result.py`` (``ProcessResult``, ``KillReason``),
 ``sched.py`` (``SCHED_BATCH``), ``stdin.py`` (writing the payload), ``lease.py``
 (``Lease``: a deadline its owner moves while the command runs, and timed work on the
 loop), ``control.py`` (the command's control channel on fd 3: bounded reading and the
-request grammar).
+request grammar), ``usage.py`` (what a command's tree used: /proc samples, ``Limits``),
+``cgroup.py`` (which cgroups the supervisor may manage, chosen at start-up by
+``configure``; a cgroup per limited run), ``jobcgroup.py`` (one run's cgroup),
+``escalation.py`` (when which kill signal goes out).
 """
 
 from cmdstalk_py.process.kill import set_child_subreaper

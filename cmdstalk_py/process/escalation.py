@@ -22,7 +22,7 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from cmdstalk_py.process.kill import TreeKiller
+from cmdstalk_py.process.kill import Members, TreeKiller
 from cmdstalk_py.process.result import KillReason
 from cmdstalk_py.process.switch import Switch
 
@@ -38,7 +38,8 @@ class KillState(enum.Enum):
 
 
 class Escalation:
-    """The kill states of the command ``pid`` (its process group), and its ``killer``.
+    """The kill states of the command ``pid`` (its process group), and its ``killer``
+    (which also reaches the run's cgroup, ``members``, when it has one).
 
     ``changed`` is called whenever ``next_wake`` may have moved, ``fail`` with an
     exception a kill step raised (``on_kill``'s, say).
@@ -53,8 +54,10 @@ class Escalation:
         on_kill: Callable[[str], None] | None,
         changed: Callable[[], None],
         fail: Callable[[Exception], None],
+        members: Members | None = None,
     ) -> None:
         self.loop = loop
+        self.members = members
         self.pid = pid
         self.token = token
         self.grace = grace
@@ -88,7 +91,7 @@ class Escalation:
         self.killed = reason
         self.state = KillState.SCANNING
         self.first_signal = signal.SIGKILL if hard or self.grace <= 0 else signal.SIGTERM
-        self.killer = TreeKiller(self.pid, self.on_kill, self.token)
+        self.killer = TreeKiller(self.pid, self.on_kill, self.token, members=self.members)
         self._task(self._signal_first(self.killer))
 
     async def _signal_first(self, killer: TreeKiller) -> None:

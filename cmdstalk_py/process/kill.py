@@ -50,6 +50,8 @@ _DEEP_CHECK_INTERVAL = 0.1
 _KILL_SETTLE = 2.0
 
 _T = TypeVar("_T")
+#: Lists the processes of a run's cgroup (``cgroup.JobCgroup.members``; in the pool).
+Members = Callable[[], list[int]]
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -102,14 +104,24 @@ def group_exists(pgid: int) -> bool:
 
 
 def _scan(
-    leader: int | None, token: str | None
+    leader: int | None, token: str | None, members: Members | None
 ) -> tuple[list[psutil.Process], list[psutil.Process]]:
-    """Every descendant of the (unreaped) ``leader``, and every process marked ``token``."""
+    """Every descendant of the (unreaped) ``leader``; and every process marked ``token``
+    or in the run's cgroup (``members``), wherever it went."""
     tree: list[psutil.Process] = []
     if leader is not None:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             tree = psutil.Process(leader).children(recursive=True)
-    return tree, marked_descendants(token) if token is not None else []
+    found = marked_descendants(token) if token is not None else []
+    if members is not None:
+        known = {p.pid for p in tree + found}
+        for pid in members():
+            if pid not in known:
+                # A cgroup member is ours whatever its parent: no pid reuse can put
+                # another process in the run's cgroup between the read and here.
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    found.append(psutil.Process(pid))
+    return tree, found
 
 
 def _signal_each(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
@@ -184,11 +196,13 @@ class TreeKiller:
     ``leader`` is the command's pid (= its pgid). While the leader is unreaped its pid
     cannot be reused, so the tree below it is only scanned until the caller reaps it (and
     sets ``leader_reaped``). ``token`` is the run's marker value: processes carrying it
-    are found wherever they are among our descendants. Owned by the loop: the pool gets
-    copies and hands back what it found.
+    are found wherever they are among our descendants; with ``members``, so are those of
+    the run's cgroup. Owned by the loop: the pool gets copies and hands back what it found.
     """
 
-    __slots__ = ("_descendants", "_jobs", "_on_kill", "leader_reaped", "pgid", "sent", "token")
+    __slots__ = (
+        "_descendants", "_jobs", "_on_kill", "leader_reaped", "members", "pgid", "sent", "token",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -196,9 +210,11 @@ class TreeKiller:
         on_kill: Callable[[str], None] | None = None,
         token: str | None = None,
         leader_reaped: bool = False,
+        members: Members | None = None,
     ) -> None:
         self.pgid = leader
         self.token = token
+        self.members = members
         self.leader_reaped = leader_reaped
         self._descendants: dict[int, psutil.Process] = {}
         self._on_kill = on_kill
@@ -209,7 +225,7 @@ class TreeKiller:
         """Find the descendants and marked processes not yet known (in the pool); those
         found after a signal went out get the last one sent."""
         leader = None if self.leader_reaped else self.pgid
-        tree, marked = await in_pool(_scan, leader, self.token)
+        tree, marked = await in_pool(_scan, leader, self.token, self.members)
         # Reaped during the scan: its pid may have named another process's tree by then.
         found = marked if self.leader_reaped else tree + marked
         new = [p for p in found if p.pid not in self._descendants]

@@ -20,9 +20,11 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from cmdstalk_py.process import cgroup
 from cmdstalk_py.process.control import CONTROL_ENV, CONTROL_FD, ControlReader
 from cmdstalk_py.process.escalation import Escalation, KillState
-from cmdstalk_py.process.kill import TreeKiller, group_exists
+from cmdstalk_py.process.jobcgroup import JobCgroup, joining
+from cmdstalk_py.process.kill import TreeKiller, group_exists, in_pool
 from cmdstalk_py.process.lease import FixedLease, Lease
 from cmdstalk_py.process.marker import MARKER, new_token
 from cmdstalk_py.process.orphans import spawn_tracked, untrack
@@ -32,7 +34,7 @@ from cmdstalk_py.process.sentinel import tell_sentinel
 from cmdstalk_py.process.spawn import Spawned, describe_spawn_error
 from cmdstalk_py.process.stdin import PayloadWriter
 from cmdstalk_py.process.switch import Switch
-from cmdstalk_py.process.usage import Limits, Sampler
+from cmdstalk_py.process.usage import NO_LIMITS, CgroupSampler, Limits, Sampler
 
 # A pipe holds 64 KiB by default; one read per wakeup takes what is there.
 _READ_SIZE = 65536
@@ -86,9 +88,13 @@ async def run_command(
     With ``reap_group``, members of the group left behind by a command that exited on its
     own are cleaned up the same way (TERM, then KILL after ``grace``).
 
-    ``usage`` in the result is what the command's tree used (``usage.py``). With
-    ``limits``, the tree is sampled every ``usage.SAMPLE_INTERVAL`` seconds and a tree over
-    one is killed as at a deadline, ``killed`` saying which (memory, cpu, procs).
+    ``usage`` in the result is what the command's tree used (``usage.py``): the tree is
+    sampled every ``usage.ACCOUNT_INTERVAL`` seconds, from one interval after the spawn.
+    With ``limits``, every ``usage.SAMPLE_INTERVAL`` seconds from the spawn, and a tree over
+    one is killed as at a deadline, ``killed`` saying which (memory, cpu, procs). Where
+    the supervisor manages cgroups (``cgroup.configure``), a limited command runs in a
+    cgroup of its own instead: hard limits, exact figures, and whatever is left in it at
+    the end is killed.
 
     With ``marker``, ``CMDSTALK_RUN`` (``marker.py``) joins the environment and kills also
     reach processes that left the group and the tree (a double fork adopted by this process,
@@ -104,6 +110,7 @@ async def run_command(
     err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes, line_budget)
     loop = asyncio.get_running_loop()
     started = time.monotonic()
+    job = await cgroup.for_run(limits)
     token = new_token()
     # Told before the spawn: a supervisor killed right after it still has this run guarded.
     tell_sentinel("+" + token)
@@ -114,21 +121,27 @@ async def run_command(
     if lease is None and deadline is not None:
         lease = FixedLease(deadline)
     try:
-        child = spawn_tracked(argv, env, control=on_control is not None)
+        spawned = argv if job is None else joining(job.procs_files, argv)
+        child = spawn_tracked(spawned, env, control=on_control is not None)
     except (OSError, ValueError) as exc:
         tell_sentinel("-" + token)
+        if job is not None:
+            in_pool(job.remove)
         return ProcessResult.not_started(
             describe_spawn_error(exc, argv), time.monotonic() - started
         )
     tell_sentinel(f"={token} {child.pid}")
     run = _Run(loop, child, payload, started, out, err, lease)
     run.kill = Escalation(
-        loop, child.pid, token if marker else None, grace, on_kill, run.rearm, run.fail
-    )
+        loop, child.pid, token if marker else None, grace, on_kill, run.rearm, run.fail,
+        members=job.members if job is not None else None,
+    )  # fmt: skip
     run.stop, run.stop_now, run.on_control = stop, stop_now, on_control
     run.on_spawned, run.on_started = on_spawned, on_started
-    if limits is not None and limits.any:
-        run.sampler = Sampler(child.pid, limits, loop.time())
+    if job is not None:
+        run.cgroup, run.sampler = job, CgroupSampler(job, limits or NO_LIMITS, loop.time())
+    else:
+        run.sampler = Sampler(child.pid, limits or NO_LIMITS, loop.time())
     try:
         return await run.execute(reap_group)
     except BaseException:
@@ -173,7 +186,8 @@ class _Run:
         self.on_control: Callable[[bytes], None] | None = None
         self.status: int | None = None  # raw wait status once reaped
         self.usage = Usage()  # from the rusage once reaped
-        self.sampler: Sampler | None = None  # with limits: samples of the tree
+        self.sampler: Sampler | CgroupSampler | None = None  # set before execute
+        self.cgroup: JobCgroup | None = None  # the run's own, until removed
         self.reaped = False
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
         self.timer: asyncio.TimerHandle | None = None
@@ -211,6 +225,12 @@ class _Run:
             cleaner.send(signal.SIGTERM)
             await cleaner.finish(time.monotonic() + self.kill.grace, self.stop_now)
             cleanup = tuple(cleaner.sent)
+        if self.cgroup is not None:
+            # What is left in it (a process that left the group and the tree) is killed.
+            job, self.cgroup = self.cgroup, None
+            figures = await in_pool(job.finish)
+            assert isinstance(self.sampler, CgroupSampler)
+            self.sampler.finish(figures)
         if self.failure is not None:
             raise self.failure  # from a kill step that ended after the drain
         return self._result(cleanup)
@@ -271,6 +291,9 @@ class _Run:
             self.pidfd = -1
         if not self.reaped:
             untrack(self.pid)  # not waited for to the end: reap_orphans collects it
+        if self.cgroup is not None:
+            in_pool(self.cgroup.remove)  # the run failed: kill what is in it, unwaited
+            self.cgroup = None
 
     def _unwatch(self) -> None:
         """No more calls into the owner's code: no lines, requests or timed work. Only
@@ -453,10 +476,13 @@ class _Run:
                 sig = os.WTERMSIG(status)
             elif os.WIFEXITED(status):
                 exit_code = os.WEXITSTATUS(status)
+        killed = self.kill.killed
+        if killed is None and isinstance(self.sampler, CgroupSampler):
+            killed = self.sampler.bounded()  # the kernel's OOM kill, a refused fork
         return ProcessResult(
             exit_code=exit_code,
             signal=sig,
-            killed=self.kill.killed,
+            killed=killed,
             duration_s=self.ended - self.started,
             stdout_tail=self.out.tail,
             stderr_tail=self.err.tail,

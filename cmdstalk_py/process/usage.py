@@ -2,10 +2,12 @@
 
 Two sources. At the exit, ``os.wait4`` gives the command's rusage (``from_rusage``): its
 peak resident memory and its user + system CPU, counting every descendant that was waited
-for; nearly free, so every run reports it. The peak is that of the largest single process,
-not of the tree's sum. While a limit is set, the tree is also sampled from /proc every
-``SAMPLE_INTERVAL`` seconds (``Sampler``): the sum of its processes' resident memory, its
-CPU and how many processes are alive; the figures of a run are then the larger of both.
+for; nearly free, so every run reports it (not its peak memory: see ``Usage.from_rusage``).
+And every run's tree is sampled from /proc (``Sampler``): the sum of its processes'
+resident memory, its CPU and how many processes are alive; the figures of a run are the
+larger of both. While a limit is set, every ``SAMPLE_INTERVAL`` seconds from the spawn;
+without one, every ``ACCOUNT_INTERVAL`` seconds from one interval after the spawn, so a
+command that ends sooner costs no scan at all (and its peak memory is not known).
 
 A sample reads ``/proc/PID/stat`` of every process on the host (one read each gives the
 parent, session, state, CPU and RSS), in ``kill.py``'s thread pool so that the loop never
@@ -14,6 +16,9 @@ tree is every descendant of the (unreaped) command plus every member of its sess
 left both (a double fork that ``setsid``-ed) is not counted: only a cgroup would see it.
 Resident memory counts shared pages once per process that maps them, so a tree of many
 small processes reads a little high.
+
+A limited run in its own cgroup (``jobcgroup.py``) is sampled from the cgroup's counters
+instead (``CgroupSampler``): every process it ever held counts, exactly.
 """
 
 from __future__ import annotations
@@ -24,15 +29,20 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.result import KillReason, Usage
+
+if TYPE_CHECKING:
+    from cmdstalk_py.process.jobcgroup import Figures, JobCgroup
 
 #: Seconds between two samples of a limited command's tree. A limit is caught at most this
 #: long (plus the scan, plus ``escalation.SCAN_WAIT`` before the first signal) after the tree
 #: crossed it: the overshoot of ``--max-memory`` is what the tree allocates in that time.
 SAMPLE_INTERVAL = 0.1
+#: Seconds between two samples of a command without limits, for its figures only.
+ACCOUNT_INTERVAL = 1.0
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = float(os.sysconf("SC_CLK_TCK"))
@@ -49,6 +59,10 @@ class Limits:
     @property
     def any(self) -> bool:
         return self.memory is not None or self.cpu is not None or self.procs is not None
+
+
+#: A run without limits: sampled for its figures only.
+NO_LIMITS = Limits()
 
 
 class Stat(NamedTuple):
@@ -110,15 +124,17 @@ def tree(table: dict[int, Stat], leader: int) -> list[Stat]:
     return [table[pid] for pid in found]
 
 
-# The scan under way, and when it started: runs that sample within half an interval of
-# each other share it (one /proc walk however many commands are limited).
+# The scan under way, and when it started: runs that sample within half their interval of
+# it share it (one /proc walk however many commands are sampled).
 _scan: tuple[float, asyncio.Future[dict[int, Stat]], asyncio.AbstractEventLoop] | None = None
 
 
-def _shared_scan(loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, Stat]]:
+def _shared_scan(
+    loop: asyncio.AbstractEventLoop, max_age: float
+) -> asyncio.Future[dict[int, Stat]]:
     global _scan
     now = time.monotonic()
-    if _scan is not None and _scan[2] is loop and now - _scan[0] < SAMPLE_INTERVAL / 2:
+    if _scan is not None and _scan[2] is loop and now - _scan[0] < max_age:
         return _scan[1]
     future = in_pool(read_table)
     _scan = (now, future, loop)
@@ -126,7 +142,7 @@ def _shared_scan(loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, St
 
 
 class Sampler:
-    """The /proc samples of one limited command's tree, and the limit it crossed.
+    """The /proc samples of one command's tree, and the limit it crossed.
 
     Owned by the run on its loop. ``due`` says when to sample next; ``start`` begins a
     sample (in the pool) and calls ``done`` with the limit crossed (or None) when it is in.
@@ -135,7 +151,10 @@ class Sampler:
     def __init__(self, leader: int, limits: Limits, now: float) -> None:
         self.leader = leader
         self.limits = limits
-        self.next = now  # the first sample at once: a limit may already be crossed
+        # With a limit, the first sample at once (a limit may already be crossed); without,
+        # a command shorter than one interval is never scanned.
+        self.interval = SAMPLE_INTERVAL if limits.any else ACCOUNT_INTERVAL
+        self.next = now if limits.any else now + self.interval
         self.pending: asyncio.Future[dict[int, Stat]] | None = None
         self.peak_memory = 0
         self.cpu = 0.0
@@ -149,7 +168,9 @@ class Sampler:
     def start(
         self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
     ) -> None:
-        self.pending = future = _shared_scan(loop)
+        # Half an interval old at most: a sample a second of unlimited runs started at any
+        # moment costs two scans a second at most, however many there are.
+        self.pending = future = _shared_scan(loop, self.interval / 2)
         future.add_done_callback(lambda f: self._in(f, loop, done))
 
     def _in(
@@ -159,9 +180,11 @@ class Sampler:
         done: Callable[[KillReason | None], None],
     ) -> None:
         if future is not self.pending:
-            return  # cancelled (the run is over)
+            if not future.cancelled():
+                future.exception()  # the run is over: nobody reads it, not even an error
+            return
         self.pending = None
-        self.next = loop.time() + SAMPLE_INTERVAL
+        self.next = loop.time() + self.interval
         if future.cancelled() or future.exception() is not None:
             done(None)  # /proc unreadable this time: the next sample tries again
             return
@@ -201,3 +224,82 @@ class Sampler:
 
     def close(self) -> None:
         self.pending = None  # a scan in flight may finish: nobody reads it
+
+
+class CgroupSampler:
+    """The samples of one limited command in its own cgroup (``jobcgroup.py``), the same
+    interface as ``Sampler``'s. The kernel bounds memory and processes; a sample reads
+    whether it had to (an OOM kill, a refused fork) and checks CPU against its limit."""
+
+    def __init__(self, job: JobCgroup, limits: Limits, now: float) -> None:
+        self.job = job
+        self.limits = limits
+        self.next = now
+        self.pending: asyncio.Future[Figures] | None = None
+        self.last: Figures | None = None  # the latest figures, the final ones at the end
+        self.seen: set[int] = set()  # every member sampled: the processes it started
+
+    def due(self) -> float | None:
+        return None if self.pending is not None else self.next
+
+    def start(
+        self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
+    ) -> None:
+        self.pending = future = in_pool(self.job.figures)
+        future.add_done_callback(lambda f: self._in(f, loop, done))
+
+    def _in(
+        self,
+        future: asyncio.Future[Figures],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[KillReason | None], None],
+    ) -> None:
+        if future is not self.pending:
+            if not future.cancelled():
+                future.exception()  # the run is over: nobody reads it, not even an error
+            return
+        self.pending = None
+        self.next = loop.time() + SAMPLE_INTERVAL
+        if future.cancelled() or future.exception() is not None:
+            done(None)  # unreadable this time: the next sample tries again
+            return
+        done(self.add(future.result()))
+
+    def add(self, figures: Figures) -> KillReason | None:
+        """Take one reading of the cgroup; the limit it crossed, if any."""
+        self.last = figures
+        self.seen.update(figures.members)
+        return self.crossed()
+
+    def crossed(self) -> KillReason | None:
+        figures = self.last
+        if figures is None:
+            return None
+        if figures.oom_kills:
+            return KillReason.MEMORY  # the kernel killed one of its processes
+        if figures.refused_forks:
+            return KillReason.PROCS
+        if self.limits.cpu is not None and figures.cpu_s > self.limits.cpu:
+            return KillReason.CPU
+        return None
+
+    def bounded(self) -> KillReason | None:
+        """What the kernel had to hold back, the run over: its OOM kill, a refused fork
+        (CPU has no kernel bound: a command that ended past it was not stopped by it)."""
+        crossed = self.crossed()
+        return None if crossed is KillReason.CPU else crossed
+
+    def finish(self, figures: Figures | None) -> None:
+        """The final figures, read once every process of the cgroup is gone."""
+        self.pending = None
+        if figures is not None:
+            self.add(figures)
+
+    def usage(self) -> Usage:
+        figures = self.last
+        if figures is None:
+            return Usage()
+        return Usage(figures.peak_memory, figures.cpu_s, len(self.seen) or None)
+
+    def close(self) -> None:
+        self.pending = None

@@ -28,3 +28,4 @@ class Extras:
     http: str | None = None  # the dashboard's HOST:PORT
     http_token: str | None = None
     http_allow_host: tuple[str, ...] = ()  # Host names the dashboard answers besides its own
+    limits_via: str = "auto"  # auto|cgroup|proc: what enforces the limits (process.cgroup)

@@ -26,7 +26,7 @@ from cmdstalk_py.ops.eventlog import EventLog
 from cmdstalk_py.ops.logsetup import configure_logging, lean_records
 from cmdstalk_py.ops.observers import Observers
 from cmdstalk_py.ops.systemd import SystemdNotifier
-from cmdstalk_py.process import set_child_subreaper, start_sentinel
+from cmdstalk_py.process import cgroup, set_child_subreaper, start_sentinel
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.lifecycle import Supervisor
@@ -56,6 +56,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
         observers.add(eventlog)
         on_hup = eventlog.reopen
     raise_open_files_limit()
+    limits = _limits_mechanism(extras.limits_via)
     with _embedded_server(config, extras):
         # Descendants orphaned by a command become ours (killed ones are reaped as they are
         # killed, daemons a job left behind by the supervisor once they exit), instead of
@@ -98,7 +99,17 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             log.info("cmdstalk %s: %d pools", __version__, len(pools))
             for pool in pools:
                 log.info("pool %s: %s", pool.pool, summary(pool))
+        log.info("%s", limits)
         return supervisor.run(loop=loop)
+
+
+def _limits_mechanism(mode: str) -> str:
+    """Set up what enforces limits (before the sentinel starts: a v2 supervisor moves its
+    processes into a leaf cgroup); the line to log. ``cgroup`` without one: exit 2."""
+    try:
+        return cgroup.configure(mode)
+    except cgroup.Unusable as e:
+        raise click.BadParameter(f"no cgroup to manage: {e}", param_hint="--limits-via") from None
 
 
 def summary(config: Config) -> str:

@@ -19,4 +19,3 @@ def test_set_calls_each_callback_once_and_later_ones_at_once() -> None:
     assert switch.is_set() and calls == ["first"]
     switch.add_callback(lambda: calls.append("late"))
     assert calls == ["first", "late"]
-

@@ -16,7 +16,16 @@ import psutil
 import pytest
 
 from cmdstalk_py.process import KillReason, set_child_subreaper
-from cmdstalk_py.process.usage import Limits, Sampler, Stat, parse_stat, read_table, tree
+from cmdstalk_py.process.usage import (
+    ACCOUNT_INTERVAL,
+    NO_LIMITS,
+    Limits,
+    Sampler,
+    Stat,
+    parse_stat,
+    read_table,
+    tree,
+)
 from tests.helpers import wait_until
 from tests.process.aio import run
 
@@ -93,6 +102,12 @@ def test_sampler_reports_the_first_limit_crossed_and_the_peak() -> None:
     assert sampler.add([stat(10, 1), stat(11, 10), stat(12, 10)]) is KillReason.PROCS
     usage = sampler.usage()
     assert (usage.peak_memory, usage.procs) == (110, 3)
+
+
+def test_without_limits_the_first_sample_is_one_interval_after_the_spawn() -> None:
+    # A command shorter than that costs no /proc scan (and its peak stays unknown).
+    assert Sampler(10, NO_LIMITS, 5.0).due() == 5.0 + ACCOUNT_INTERVAL
+    assert Sampler(10, Limits(procs=3), 5.0).due() == 5.0
 
 
 def test_read_table_sees_this_process() -> None:
@@ -183,15 +198,17 @@ BALLAST = 300 << 20
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/time"), reason="needs GNU time")
 def test_accounting_without_limits_matches_gnu_time() -> None:
-    argv = [PY, "-c", SPIN]
+    # Longer than ACCOUNT_INTERVAL: sampled for its figures although no limit is set.
+    argv = [PY, "-c", SPIN.replace("< 1.0", "< 1.5")]
     ballast = bytearray(b"\1") * BALLAST
     result = run(argv, b"", ENV)
     del ballast
-    _, cpu = time_v(argv)
-    assert result.exit_code == 0 and result.usage.procs is None  # only samples count them
-    # Not sampled, so not known: rusage's would be this process's, not the command's.
-    assert result.usage.peak_memory is None
+    memory, cpu = time_v(argv)
+    assert (result.exit_code, result.killed) == (0, None)
+    # The samples' peak, not rusage's (that would be this process's ballast).
+    assert result.usage.peak_memory == pytest.approx(memory, rel=0.10)
     assert result.usage.cpu_s == pytest.approx(cpu, rel=0.10)
+    assert result.usage.procs == 1
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/time"), reason="needs GNU time")

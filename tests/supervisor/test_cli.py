@@ -146,6 +146,7 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "CMDSTALK_MAX_CPU": "30",
         "CMDSTALK_MAX_PROCS": "50",
         "CMDSTALK_ON_LIMIT": "Release",
+        "CMDSTALK_LIMITS_VIA": "Proc",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -196,6 +197,7 @@ def test_every_option_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "max_cpu": 30.0,
         "max_procs": 50,
         "on_limit": "release",
+        "limits_via": "proc",
     }
     # The command line wins over the environment.
     assert parse(["-per-tube=2"])["per_tube"] == 2
@@ -281,5 +283,5 @@ def test_help_order_survives_the_flag_modules() -> None:
         "--log-level", "--events", "--metrics", "--workers", "--tube-limit", "--tube-rate",
         "--http", "--http-token", "--http-allow-host", "--config", "--check", "--on-exit",
         "--on-timeout", "--backoff-jitter", "--keep-alive", "--max-runtime", "--max-memory",
-        "--max-cpu", "--max-procs", "--on-limit",
+        "--max-cpu", "--max-procs", "--on-limit", "--limits-via",
     ]

@@ -310,12 +310,15 @@ def cli_workers(
     argv = [*cli_argv(profile_to), "--address", server.address, "--tubes", tube]
     argv += [flag, str(per_tube), "--cmd", CMD, *CLI_EXTRA_ARGS]
     # Default log level: a user's cmdstalk logs every job, so the benchmark does too.
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    with serving(argv, {**os.environ, "PYTHONPATH": str(ROOT)}) as probe:
+        yield probe
+
+
+@contextmanager
+def serving(argv: list[str], env: dict[str, str] | None = None) -> Iterator[CpuProbe]:
+    """A supervisor process running ``argv`` until the block ends (then TERM, then KILL);
+    yields a probe of its CPU time."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         yield partial(process_cpu, proc.pid)
     finally:
@@ -338,16 +341,8 @@ def go_workers(server: BeanstalkServer, tube: str, per_tube: int) -> Iterator[Cp
     per job."""
     argv = [GO_BIN[0], f"-address={server.address}", f"-tubes={tube}",
             f"-per-tube={per_tube}", f"-cmd={CMD}"]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield partial(process_cpu, proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serving(argv) as probe:
+        yield probe
 
 
 # -- the queue side -----------------------------------------------------------------------

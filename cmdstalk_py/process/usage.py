@@ -27,15 +27,18 @@ import asyncio
 import contextlib
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.result import KillReason, Usage
 
 if TYPE_CHECKING:
     from cmdstalk_py.process.jobcgroup import Figures, JobCgroup
+
+_R = TypeVar("_R")  # what one sample reads
 
 #: Seconds between two samples of a limited command's tree. A limit is caught at most this
 #: long (plus the scan, plus ``escalation.SCAN_WAIT`` before the first signal) after the tree
@@ -141,26 +144,16 @@ def _shared_scan(
     return future
 
 
-class Sampler:
-    """The /proc samples of one command's tree, and the limit it crossed.
+class _Samples(ABC, Generic[_R]):
+    """When a run's next sample is due, the one in flight, and its hand-over to ``done``;
+    what a sample reads (``_read``, in the pool) and makes of it (``_take``) is the
+    subclass's. Owned by the run on its loop."""
 
-    Owned by the run on its loop. ``due`` says when to sample next; ``start`` begins a
-    sample (in the pool) and calls ``done`` with the limit crossed (or None) when it is in.
-    """
-
-    def __init__(self, leader: int, limits: Limits, now: float) -> None:
-        self.leader = leader
+    def __init__(self, limits: Limits, interval: float, first: float) -> None:
         self.limits = limits
-        # With a limit, the first sample at once (a limit may already be crossed); without,
-        # a command shorter than one interval is never scanned.
-        self.interval = SAMPLE_INTERVAL if limits.any else ACCOUNT_INTERVAL
-        self.next = now if limits.any else now + self.interval
-        self.pending: asyncio.Future[dict[int, Stat]] | None = None
-        self.peak_memory = 0
-        self.cpu = 0.0
-        self.started = 0  # processes seen in the tree (those living under an interval missed)
-        self.departed_cpu = 0.0  # CPU of tree processes gone without a tree parent to count it
-        self.last: dict[tuple[int, int], Stat] = {}  # the tree of the previous sample
+        self.interval = interval
+        self.next = first
+        self.pending: asyncio.Future[_R] | None = None
 
     def due(self) -> float | None:
         return None if self.pending is not None else self.next
@@ -168,14 +161,21 @@ class Sampler:
     def start(
         self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
     ) -> None:
-        # Half an interval old at most: a sample a second of unlimited runs started at any
-        # moment costs two scans a second at most, however many there are.
-        self.pending = future = _shared_scan(loop, self.interval / 2)
+        """Begin a sample; ``done`` gets the limit crossed (or None) once it is in."""
+        self.pending = future = self._read(loop)
         future.add_done_callback(lambda f: self._in(f, loop, done))
+
+    @abstractmethod
+    def _read(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[_R]:
+        """Start one reading, in the pool."""
+
+    @abstractmethod
+    def _take(self, reading: _R) -> KillReason | None:
+        """Take a reading in; the limit crossed, if any."""
 
     def _in(
         self,
-        future: asyncio.Future[dict[int, Stat]],
+        future: asyncio.Future[_R],
         loop: asyncio.AbstractEventLoop,
         done: Callable[[KillReason | None], None],
     ) -> None:
@@ -186,9 +186,36 @@ class Sampler:
         self.pending = None
         self.next = loop.time() + self.interval
         if future.cancelled() or future.exception() is not None:
-            done(None)  # /proc unreadable this time: the next sample tries again
+            done(None)  # unreadable this time: the next sample tries again
             return
-        done(self.add(tree(future.result(), self.leader)))
+        done(self._take(future.result()))
+
+    def close(self) -> None:
+        self.pending = None  # a reading in flight may finish: nobody reads it
+
+
+class Sampler(_Samples[dict[int, Stat]]):
+    """The /proc samples of one command's tree, and the limit it crossed."""
+
+    def __init__(self, leader: int, limits: Limits, now: float) -> None:
+        # With a limit, the first sample at once (a limit may already be crossed); without,
+        # a command shorter than one interval is never scanned.
+        interval = SAMPLE_INTERVAL if limits.any else ACCOUNT_INTERVAL
+        super().__init__(limits, interval, now if limits.any else now + interval)
+        self.leader = leader
+        self.peak_memory = 0
+        self.cpu = 0.0
+        self.started = 0  # processes seen in the tree (those living under an interval missed)
+        self.departed_cpu = 0.0  # CPU of tree processes gone without a tree parent to count it
+        self.last: dict[tuple[int, int], Stat] = {}  # the tree of the previous sample
+
+    def _read(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, Stat]]:
+        # Half an interval old at most: a sample a second of unlimited runs started at any
+        # moment costs two scans a second at most, however many there are.
+        return _shared_scan(loop, self.interval / 2)
+
+    def _take(self, reading: dict[int, Stat]) -> KillReason | None:
+        return self.add(tree(reading, self.leader))
 
     def add(self, procs: list[Stat]) -> KillReason | None:
         """Take one sample of the tree; the limit it crossed, if any."""
@@ -222,48 +249,23 @@ class Sampler:
             return Usage()
         return Usage(self.peak_memory, self.cpu, self.started)
 
-    def close(self) -> None:
-        self.pending = None  # a scan in flight may finish: nobody reads it
 
-
-class CgroupSampler:
+class CgroupSampler(_Samples["Figures"]):  # a name only: jobcgroup imports this module
     """The samples of one limited command in its own cgroup (``jobcgroup.py``), the same
     interface as ``Sampler``'s. The kernel bounds memory and processes; a sample reads
     whether it had to (an OOM kill, a refused fork) and checks CPU against its limit."""
 
     def __init__(self, job: JobCgroup, limits: Limits, now: float) -> None:
+        super().__init__(limits, SAMPLE_INTERVAL, now)
         self.job = job
-        self.limits = limits
-        self.next = now
-        self.pending: asyncio.Future[Figures] | None = None
         self.last: Figures | None = None  # the latest figures, the final ones at the end
         self.seen: set[int] = set()  # every member sampled: the processes it started
 
-    def due(self) -> float | None:
-        return None if self.pending is not None else self.next
+    def _read(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Figures]:
+        return in_pool(self.job.figures)
 
-    def start(
-        self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
-    ) -> None:
-        self.pending = future = in_pool(self.job.figures)
-        future.add_done_callback(lambda f: self._in(f, loop, done))
-
-    def _in(
-        self,
-        future: asyncio.Future[Figures],
-        loop: asyncio.AbstractEventLoop,
-        done: Callable[[KillReason | None], None],
-    ) -> None:
-        if future is not self.pending:
-            if not future.cancelled():
-                future.exception()  # the run is over: nobody reads it, not even an error
-            return
-        self.pending = None
-        self.next = loop.time() + SAMPLE_INTERVAL
-        if future.cancelled() or future.exception() is not None:
-            done(None)  # unreadable this time: the next sample tries again
-            return
-        done(self.add(future.result()))
+    def _take(self, reading: Figures) -> KillReason | None:
+        return self.add(reading)
 
     def add(self, figures: Figures) -> KillReason | None:
         """Take one reading of the cgroup; the limit it crossed, if any."""
@@ -300,6 +302,3 @@ class CgroupSampler:
         if figures is None:
             return Usage()
         return Usage(figures.peak_memory, figures.cpu_s, len(self.seen) or None)
-
-    def close(self) -> None:
-        self.pending = None

@@ -105,7 +105,7 @@ class OutputStream:
         self._turn = turn
         self._chunk = b""  # the chunk being split: its lines from _at on are left
         self._at = 0
-        self._newline = -1  # the chunk's first newline from _at on (-1: none)
+        self._newline = -1  # the chunk's next newline (its length: none), if not behind _at
         self.total_bytes = 0
 
     @property
@@ -127,7 +127,7 @@ class OutputStream:
                 del tail[: len(tail) - self._tail_bytes]
         if self._on_line is None:
             return True
-        self._chunk, self._at, self._newline = data, 0, data.find(b"\n")
+        self._chunk, self._at, self._newline = data, 0, -1
         return self.more()
 
     def more(self) -> bool:
@@ -145,10 +145,11 @@ class OutputStream:
         data, at, pending = self._chunk, self._at, self._pending
         room = self._max_line - len(pending)
         newline = self._newline
-        end = newline if newline >= 0 else len(data)
-        if newline >= 0 and end - at <= room:
+        if newline < at:  # found once per line, not once per piece of a long one
+            newline = data.find(b"\n", at)
+            self._newline = newline = len(data) if newline < 0 else newline
+        if newline < len(data) and newline - at <= room:
             self._at = newline + 1
-            self._newline = data.find(b"\n", newline + 1)
             if pending:
                 pending += data[at:newline]
                 self._emit(bytes(pending))
@@ -157,7 +158,7 @@ class OutputStream:
                 self._emit(data[at:newline])
             if self._budget is not None and self._budget.short:
                 self._skip()
-        elif end - at > room:  # too long: the next piece, of max_line_bytes
+        elif newline - at > room:  # too long: the next piece, of max_line_bytes
             self._at = at + room
             self._emit(bytes(pending) + data[at : at + room])
             pending.clear()
@@ -185,7 +186,6 @@ class OutputStream:
         if newlines:
             self._budget.drop(newlines)
             self._at = data.rfind(b"\n") + 1
-            self._newline = -1
 
     def finish(self) -> None:
         """End of stream: hand on what is left of the chunk and a last line that had no

@@ -194,7 +194,7 @@ class _Run:
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
         self.timer: asyncio.TimerHandle | None = None
         self.drain_rounds = 0
-        self.draining = True  # the last round of reads after the exit found output
+        self.draining = True  # after the exit: read again (no round yet, or the last found output)
         self.live = True  # False once failed, aborted or closed: no more callbacks out
         self.failure: Exception | None = None  # the first exception a callback raised
         self.exited: asyncio.Future[None] = loop.create_future()  # the process was reaped

@@ -12,7 +12,11 @@ Workers measured (``--modes``):
   default: it tells the broker's cost apart from the CLI process's);
 - ``loop``: a minimal reserve / stats-job / run_command / delete loop per thread inside
   this process (what a broker costs without the CLI around it);
-- ``spawn``: ``run_command`` in a plain loop, no queue (our process layer alone).
+- ``spawn``: ``run_command`` in a plain loop, no queue (our process layer alone);
+- ``go``: Go cmdstalk with the same command and worker count, built as ``idle.py`` builds
+  it (``--go-cmdstalk PATH`` / ``CMDSTALK_GO_BIN``, or from the snapshots under
+  ``--go-sources``; skipped with the reason without either): the reference for the
+  supervisor's CPU per job (issue 26: ours ≤ Go's at 1 and 4 workers).
 
 Two figures per worker kind and per-tube count:
 - drain: the issue's measure. All jobs are put while the tube is paused, the workers start
@@ -78,6 +82,8 @@ import greenstalk
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from idle import go_cmdstalk  # noqa: E402
 
 from cmdstalk_py.process import run_command  # noqa: E402
 from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until  # noqa: E402
@@ -310,6 +316,29 @@ def cli_workers(
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+    try:
+        yield partial(process_cpu, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+#: Go cmdstalk's binary for the ``go`` mode (set in ``main``).
+GO_BIN: list[str] = []
+
+
+@contextmanager
+def go_workers(server: BeanstalkServer, tube: str, per_tube: int) -> Iterator[CpuProbe | None]:
+    """Go cmdstalk serving ``tube`` with ``per_tube`` workers (its own flags: the same
+    ``/bin/bash -c`` command), as ``cli_workers`` runs ours: the reference for the CPU
+    per job."""
+    argv = [GO_BIN[0], f"-address={server.address}", f"-tubes={tube}",
+            f"-per-tube={per_tube}", f"-cmd={CMD}"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield partial(process_cpu, proc.pid)
     finally:
@@ -640,7 +669,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200, help="jobs per paired batch")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="300 jobs, one round")
-    parser.add_argument("--modes", default="cli,loop,spawn", help="subset of cli,broker,loop,spawn")
+    parser.add_argument(
+        "--modes", default="cli,loop,spawn", help="subset of cli,go,broker,loop,spawn"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile a loop worker")
     parser.add_argument(
         "--profile-cli", type=int, metavar="PER_TUBE", help="cProfile the CLI (all threads)"
@@ -657,7 +688,17 @@ def main() -> None:
         "--workers", default="", help="shared-worker counts: CLI --workers N and --per-tube N "
         "drains against the raw N-thread spawn (e.g. 4)",
     )  # fmt: skip
+    parser.add_argument(
+        "--go-cmdstalk", default=os.environ.get("CMDSTALK_GO_BIN"),
+        help="Go cmdstalk's binary for the go mode (else built as idle.py builds it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--go-sources", type=Path,
+        default=Path(os.environ.get("CMDSTALK_GO_SOURCES", "/work/.mirror")),
+        help="where Go cmdstalk's snapshots are, to build it (as idle.py)",
+    )  # fmt: skip
     args = parser.parse_args()
+    go_dir = tempfile.TemporaryDirectory(prefix="drain-go-")
     CLI_EXTRA_ARGS.extend(args.cli_arg)
     counts = [int(n) for n in args.per_tube.split(",")]
     shared_counts = [int(n) for n in args.workers.split(",") if n]
@@ -667,6 +708,13 @@ def main() -> None:
     if "cli" in modes and not cli_available():
         print("cmdstalk CLI not available yet: skipping the cli mode")
         modes.discard("cli")
+    if "go" in modes:
+        found, why = go_cmdstalk(args.go_cmdstalk, args.go_sources, Path(go_dir.name))
+        if found is None:
+            print(f"skipping the go mode: {why}")
+            modes.discard("go")
+        else:
+            GO_BIN.append(found)
 
     print(f"drain benchmark: {jobs} jobs, {SHELL} {CMD!r}, {os.cpu_count()} cpus")
     rates: dict[str, list[float]] = {}
@@ -693,6 +741,8 @@ def main() -> None:
         kinds: list[tuple[str, Workers]] = []
         if "cli" in modes:
             kinds.append(("cli", cli_workers))
+        if "go" in modes:
+            kinds.append(("go", go_workers))
         if "broker" in modes:
             kinds.append(("broker", broker_workers))
         if "loop" in modes:

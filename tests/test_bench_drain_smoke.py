@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_a_rate_from_one_job_does_not_oversleep_the_end() -> None:
 def test_tiny_run_prints_every_figure() -> None:
     out = subprocess.run(
         [sys.executable, str(BENCH), "--jobs", "40", "--batch", "20", "--repeat", "1",
-         "--modes", "cli,loop", "--per-tube", "1", "--workers", "1"],
+         "--modes", "cli,loop,go", "--per-tube", "1", "--workers", "1"],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
@@ -66,3 +67,8 @@ def test_tiny_run_prints_every_figure() -> None:
         assert name in summary and "x raw N-thread spawn" in summary, out.stdout
     assert "x raw, paired" in summary
     assert "µs/job in the workers' process" in summary
+    # Go cmdstalk, the reference for CPU per job: measured like ours where it can be built
+    # (go and its snapshots on this machine), else skipped with the reason.
+    if "skipping the go mode: " not in out.stdout:
+        assert "go/1 drain" in summary and "go/1 paired" in summary, out.stdout
+        assert re.search(r"go/1 +CPU +\d+ µs/job", summary), out.stdout

@@ -12,8 +12,9 @@ and the client is closed: the server takes back any job reserved on it.
 A silent server: a request other than a plain ``reserve`` must see its reply begin within
 ``io_timeout`` seconds (``reserve-with-timeout T``: T more; ``touch(..., within=)``: less),
 or the connection is aborted with ``TimeoutError``. One timer per connection watches the
-oldest request, re-armed only when it fires. A plain ``reserve`` waits however long it
-takes; a peer that vanished is found by TCP keepalive.
+oldest request, re-armed only when it fires, and cancelled once no bounded request is in
+flight. A plain ``reserve`` waits however long it takes; a peer that vanished is found by
+TCP keepalive.
 """
 
 from __future__ import annotations
@@ -117,6 +118,11 @@ class AsyncClient(asyncio.BufferedProtocol):
                 if isinstance(e, UnexpectedReply):
                     self._fail(e)
                     return
+        if self._watchdog is not None and (not self._pending or self._pending[0].limit is None):
+            # Nothing bounded is waiting (a worker back in a plain reserve): no timer left
+            # to fire for nothing, thousands at once, an io_timeout after they connected.
+            self._watchdog.cancel()
+            self._watchdog = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(exc or ConnectionLost("Unexpected EOF"))

@@ -164,13 +164,18 @@ def _print_job(
 
 def describe(record: dict[str, Any]) -> str:
     """An event record's outcome in words: ``released (exit 3, 4 ms, 120 MiB peak, 1.52 s
-    CPU, 3 processes, delay 1s)``; what the record does not know (or holds as something
-    other than a sound number) is left out."""
+    CPU, 3 processes, delay 1s)``, ``buried (killed by SIGTERM (memory), …)`` as the log
+    line says it; what the record does not know (or holds as something other than a sound
+    number) is left out."""
     how = []
     if record.get("exit_code") is not None:
         how.append(f"exit {record['exit_code']}")
+    killed = record.get("killed")
+    why = safe(killed) if isinstance(killed, str) and killed else None  # ttr, memory…
     if record.get("signal"):
-        how.append(f"killed by {record['signal']}")
+        how.append(f"killed by {record['signal']}" + (f" ({why})" if why else ""))
+    elif why:
+        how.append(f"killed: {why}")  # it had exited when the kill came, or was never run
     if (duration := figure(record.get("duration_ms"))) is not None:
         how.append(f"{duration:.0f} ms")
     how += cost_parts(*job_cost(record))

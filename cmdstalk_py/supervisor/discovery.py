@@ -41,7 +41,7 @@ RETIRE_INTERVALS = 30
 #: A tube in use is looked at (``stats-tube``) first this many intervals after it appeared
 #: or was last seen in use; the delay doubles at each look, up to ``MAX_CHECK_INTERVALS``.
 FIRST_CHECK_INTERVALS = 10
-MAX_CHECK_INTERVALS = 600
+MAX_CHECK_INTERVALS = 300
 #: The most ``stats-tube`` requests in one round; tubes past it wait for the next rounds.
 MAX_CHECKS_PER_ROUND = 5
 

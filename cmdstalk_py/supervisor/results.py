@@ -76,7 +76,7 @@ class JobResult(NamedTuple):
     # What the command's process tree used (schema v4; None: not run, or not known).
     peak_memory_bytes: int | None = None  # peak resident memory
     cpu_s: float | None = None  # user + system CPU seconds
-    procs: int | None = None  # processes it started (known only with a limit set)
+    procs: int | None = None  # processes it started (known once its tree was sampled)
 
     @property
     def duration_ms(self) -> float:

@@ -178,6 +178,34 @@ def test_a_plain_reserve_outlasts_the_io_timeout(beanstalk: BeanstalkServer) -> 
     assert run(session) == b"late"
 
 
+def test_no_timer_is_left_armed_while_only_a_plain_reserve_waits(
+    beanstalk: BeanstalkServer,
+) -> None:
+    """Thousands of idle workers: a timer each, armed by their first (bounded) requests,
+    would fire together an io_timeout later for nothing; it is cancelled once the bounded
+    replies are in, and armed again by the next bounded request."""
+
+    async def session() -> list[bool]:
+        client = await AsyncClient.open(beanstalk.host, beanstalk.port, io_timeout=30)
+        try:
+            armed = []
+            watched = client.watch("aio-idle")
+            armed.append(client._watchdog is not None)  # a bounded request in flight
+            await watched
+            armed.append(client._watchdog is not None)  # answered: nothing to watch
+            listed = client.tubes()
+            armed.append(client._watchdog is not None)  # armed again
+            await listed
+            reply = client.reserve(None)
+            armed.append(client._watchdog is not None)  # a plain reserve: no bound
+            reply.cancel()
+            return armed
+        finally:
+            client.close()
+
+    assert run(session) == [True, False, True, False]
+
+
 # -- HealingConnection --------------------------------------------------------------------
 
 

@@ -210,3 +210,23 @@ def test_a_bad_threshold_is_one_error_line_and_exit_2(
     assert ran.returncode == 2 and len(errors) == 1, ran.stderr
     assert errors[0].startswith(f"Error: Invalid value for '{args[0]}'"), errors
     assert b"Traceback" not in ran.stderr and ran.stdout == b""
+
+
+def test_why_a_job_was_killed_is_said_as_the_log_line_says_it(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    _write(
+        events,
+        _record(1, outcome="buried", exit_code=None, signal="SIGTERM", killed="memory",
+                peak_memory_bytes=210 * MB),
+        _record(2, outcome="buried", exit_code=0, killed="ttr"),  # exited as the kill came
+        _record(3, outcome="buried", exit_code=None, signal="SIGKILL", killed="\x1b[2Jx"),
+        _record(4, outcome="buried", exit_code=None, signal="SIGSEGV"),  # died on its own
+    )  # fmt: skip
+    lines = out(ctl(None, "tail", str(events), "--no-follow", columns=WIDE)).splitlines()
+    said = [line.split(" buried ", 1)[1] for line in lines]
+    assert said == [
+        "(killed by SIGTERM (memory), 1500 ms, 210 MiB peak)",
+        "(exit 0, killed: ttr, 1500 ms)",
+        "(killed by SIGKILL (\\x1b[2Jx), 1500 ms)",  # a hostile reason is escaped
+        "(killed by SIGSEGV, 1500 ms)",
+    ], lines

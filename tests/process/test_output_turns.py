@@ -175,7 +175,8 @@ def test_lines_left_in_the_pipes_at_the_exit_go_out_in_turns_too() -> None:
     last = 10_000
 
     def wait_for_the_exit(pid: int) -> None:
-        wait_until(lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG))
+        exited = os.WEXITED | os.WNOWAIT | os.WNOHANG  # not reaped: the run does that
+        wait_until(lambda: os.waitid(os.P_PID, pid, exited), 30, message="the command's exit")
 
     result, stamped, budget = run_stamped(
         f"seq 1 {last}; seq 1 {last} >&2", on_spawned=wait_for_the_exit

@@ -3,7 +3,9 @@
 A command's output is the producer's to choose, and a command writing millions of short
 lines must not cost the supervisor a core (every other job would wait for the GIL behind
 it): a ``LineBudget`` caps the lines handed on per second, and the lines over it are only
-counted, without being split or copied.
+counted, without being split or copied. Nor may one chunk's lines hold the loop that
+reads it: they are handed on a bounded number at a time (``LINES_PER_TURN``), the loop
+polling in between.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ class LineBudget:
             self._on_drop(lines)
 
 
+#: Lines (and pieces of an over-long line) handed on or counted one by one per call of
+#: ``feed`` or ``more``: the most a chunk holds its caller's loop before the loop polls again.
+LINES_PER_TURN = 256
+
+
 class OutputStream:
     """Keeps the last ``tail_bytes`` of a stream and hands complete lines to ``on_line``.
 
@@ -58,15 +65,24 @@ class OutputStream:
     a line longer than ``max_line_bytes`` is emitted in pieces of that size rather than
     buffered whole. Without ``on_line`` no line splitting is done at all (the fast path).
     With a ``budget``, lines (and pieces) over it are counted there instead of handed on.
+
+    A chunk's lines go out ``turn`` at a time: ``feed`` hands on the first ones, each
+    ``more`` the next, until the chunk is all taken (``busy`` until then). A 64 KiB read
+    holds up to 32,768 lines, and a loop handing them all on at once would wait that long
+    to poll its other pipes and timers; between turns it polls.
     """
 
     __slots__ = (
+        "_at",
         "_budget",
+        "_chunk",
         "_max_line",
+        "_newline",
         "_on_line",
         "_pending",
         "_tail",
         "_tail_bytes",
+        "_turn",
         "total_bytes",
     )
 
@@ -76,19 +92,32 @@ class OutputStream:
         on_line: Callable[[bytes], None] | None = None,
         max_line_bytes: int = 65536,
         budget: LineBudget | None = None,
+        turn: int = LINES_PER_TURN,
     ) -> None:
-        if max_line_bytes < 1:
-            raise ValueError("max_line_bytes must be at least 1")
+        if max_line_bytes < 1 or turn < 1:
+            raise ValueError("max_line_bytes and turn must be at least 1")
         self._tail_bytes = max(0, tail_bytes)
         self._tail = bytearray()
         self._on_line = on_line
-        self._pending = bytearray()
+        self._pending = bytearray()  # the start of a line whose end is not read yet
         self._max_line = max_line_bytes
         self._budget = budget
+        self._turn = turn
+        self._chunk = b""  # the chunk being split: its lines from _at on are left
+        self._at = 0
+        self._newline = -1  # the chunk's next newline (its length: none), if not behind _at
         self.total_bytes = 0
 
-    def feed(self, data: bytes) -> None:
-        """Take the next chunk read from the pipe."""
+    @property
+    def busy(self) -> bool:
+        """Lines of the last chunk are left for ``more``."""
+        return self._at < len(self._chunk)
+
+    def feed(self, data: bytes) -> bool:
+        """Take the next chunk read from the pipe and hand on its first lines; False when
+        some are left for ``more`` (no ``feed`` until they are taken)."""
+        if self.busy:
+            raise RuntimeError("feed() while the last chunk's lines are left for more()")
         self.total_bytes += len(data)
         if self._tail_bytes:
             tail = self._tail
@@ -96,29 +125,48 @@ class OutputStream:
             # Trim only once the buffer is twice the limit: amortised O(1) per byte.
             if len(tail) > 2 * self._tail_bytes:
                 del tail[: len(tail) - self._tail_bytes]
-        if self._on_line is not None:
-            self._split(data)
+        if self._on_line is None:
+            return True
+        self._chunk, self._at, self._newline = data, 0, -1
+        return self.more()
 
-    def _split(self, data: bytes) -> None:
-        pending = self._pending
-        start = 0
-        newline = data.find(b"\n")
-        while newline >= 0:
+    def more(self) -> bool:
+        """Hand on (or count) the chunk's next ``turn`` lines; True once it is all taken."""
+        left = self._turn
+        while left and self._at < len(self._chunk):
+            left -= self._step()
+        if self.busy:
+            return False
+        self._chunk, self._at = b"", 0
+        return True
+
+    def _step(self) -> int:
+        """The next line or piece of the chunk (1), or the start of a line to keep (0)."""
+        data, at, pending = self._chunk, self._at, self._pending
+        room = self._max_line - len(pending)
+        newline = self._newline
+        if newline < at:  # found once per line, not once per piece of a long one
+            newline = data.find(b"\n", at)
+            self._newline = newline = len(data) if newline < 0 else newline
+        if newline < len(data) and newline - at <= room:
+            self._at = newline + 1
             if pending:
-                pending += data[start:newline]
-                self._emit_pending_pieces()
+                pending += data[at:newline]
                 self._emit(bytes(pending))
                 pending.clear()
             else:
-                self._emit_long(data, start, newline)
-            start = newline + 1
+                self._emit(data[at:newline])
             if self._budget is not None and self._budget.short:
-                self._skip(data, start)  # over budget: count the rest, split none of it
-                return
-            newline = data.find(b"\n", start)
-        if start < len(data):
-            pending += data[start:]
-            self._emit_pending_pieces()
+                self._skip()
+        elif newline - at > room:  # too long: the next piece, of max_line_bytes
+            self._at = at + room
+            self._emit(bytes(pending) + data[at : at + room])
+            pending.clear()
+        else:
+            pending += data[at:]
+            self._at = len(data)
+            return 0
+        return 1
 
     def _emit(self, line: bytes) -> None:
         budget = self._budget
@@ -128,37 +176,22 @@ class OutputStream:
         else:
             budget.drop(1)
 
-    def _skip(self, data: bytes, start: int) -> None:
-        """Count the lines ending in ``data[start:]`` as dropped (found in C, never split);
-        the unfinished last one stays pending, for the budget to judge when it ends."""
+    def _skip(self) -> None:
+        """Over budget: count the lines ending in the rest of the chunk as dropped (found
+        in C, never split); its unfinished last line is left, for the budget to judge when
+        it ends."""
         assert self._budget is not None
-        pending = self._pending
-        newlines = data.count(b"\n", start)
+        data = self._chunk
+        newlines = data.count(b"\n", self._at)
         if newlines:
             self._budget.drop(newlines)
-            pending.clear()  # the start of a line just counted
-            start = data.rfind(b"\n") + 1
-        pending += data[start:]
-        self._emit_pending_pieces()
-
-    def _emit_long(self, data: bytes, start: int, end: int) -> None:
-        """Emit ``data[start:end]`` as one line, or in max-size pieces if it is too long."""
-        size = self._max_line
-        while end - start > size:
-            self._emit(data[start : start + size])
-            start += size
-        self._emit(data[start:end])
-
-    def _emit_pending_pieces(self) -> None:
-        """Emit full pieces from an over-long pending line so the buffer stays bounded."""
-        pending = self._pending
-        size = self._max_line
-        while len(pending) > size:
-            self._emit(bytes(pending[:size]))
-            del pending[:size]
+            self._at = data.rfind(b"\n") + 1
 
     def finish(self) -> None:
-        """End of stream: emit a last line that had no newline."""
+        """End of stream: hand on what is left of the chunk and a last line that had no
+        newline, all at once."""
+        while not self.more():
+            pass
         if self._on_line is not None and self._pending:
             self._emit(bytes(self._pending))
             self._pending.clear()

@@ -4,11 +4,13 @@ Nothing here blocks the loop. The command's stdout, stderr and control channel a
 for the process itself are watched with ``loop.add_reader``, its stdin with
 ``loop.add_writer``: the payload is written while output is read (no deadlock at any size),
 and the run ends when the *process* exits, not when its pipes close (a grandchild may hold
-them open). One loop timer wakes the run for the next of: the lease's deadline or tick, the
-SIGKILL after the grace period, the end of the control channel's budget pause, the next
-sample of a limited command's tree (``usage.py``). ``stop`` and
-``stop_now`` act the moment they are set (``switch.py``). When which signal goes out is
-``escalation.py``'s; a kill's /proc work runs in ``kill.py``'s thread pool.
+them open). A chunk read holding many lines is handed on a turn at a time (``output.py``),
+its pipe not watched until the last turn, so the loop polls between turns. One loop
+timer wakes the run for the next of: the lease's deadline or tick, the SIGKILL after the
+grace period, the end of the control channel's budget pause, the next sample of a limited
+command's tree (``usage.py``). ``stop`` and ``stop_now`` act the moment they are set
+(``switch.py``). When which signal goes out is ``escalation.py``'s; a kill's /proc work runs
+in ``kill.py``'s thread pool.
 """
 
 from __future__ import annotations
@@ -192,6 +194,7 @@ class _Run:
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
         self.timer: asyncio.TimerHandle | None = None
         self.drain_rounds = 0
+        self.draining = True  # after the exit: read again (no round yet, or the last found output)
         self.live = True  # False once failed, aborted or closed: no more callbacks out
         self.failure: Exception | None = None  # the first exception a callback raised
         self.exited: asyncio.Future[None] = loop.create_future()  # the process was reaped
@@ -333,13 +336,27 @@ class _Run:
         except BlockingIOError:
             return False
         if data:
-            self.streams[fd].feed(data)
+            if not self.streams[fd].feed(data) and not self.reaped:
+                # Lines of it are left: the pipe waits until they are handed on, a turn
+                # at a time, and the loop polls its other pipes and timers in between.
+                self.loop.remove_reader(fd)
+                self.loop.call_soon(self._safe, self._more, fd)
             return True
         # End of file: every writer is gone.
         self.loop.remove_reader(fd)
         del self.streams[fd]
         os.close(fd)
         return True
+
+    def _more(self, fd: int) -> None:
+        """The next turn of lines of a chunk read from ``fd``; once they are all handed on,
+        the pipe is watched again."""
+        if self.reaped:
+            return  # the drain rounds take over
+        if self.streams[fd].more():
+            self.loop.add_reader(fd, self._safe, self._read, fd)
+        else:
+            self.loop.call_soon(self._safe, self._more, fd)
 
     def _watch_stdin(self, on: bool) -> None:
         fd = self.stdin.fd
@@ -393,11 +410,17 @@ class _Run:
         self.loop.call_soon(self._safe, self._drain)
 
     def _drain(self) -> None:
-        """One round after the exit: take what is already in the pipes, then stop: whoever
-        still holds them open is not the command."""
-        took = [self._read(fd) for fd in list(self.streams)]
-        if any(took) and self.streams and self.drain_rounds < _DRAIN_ROUNDS:
+        """One turn after the exit: the next lines of chunks already read, or else a round
+        taking what is already in the pipes; then stop: whoever still holds them open is
+        not the command. Every line read is handed on, a turn at a time."""
+        busy = [stream for stream in self.streams.values() if stream.busy]
+        for stream in busy:
+            stream.more()
+        if not busy:
+            took = [self._read(fd) for fd in list(self.streams)]
+            self.draining = any(took) and bool(self.streams) and self.drain_rounds < _DRAIN_ROUNDS
             self.drain_rounds += 1
+        if self.draining or any(stream.busy for stream in self.streams.values()):
             self.loop.call_soon(self._safe, self._drain)
         elif not self.drained.done():
             self.drained.set_result(None)

@@ -222,6 +222,17 @@ def _seconds(value: object) -> str:
     return f"{value:.1f}s" if isinstance(value, int | float) else "-"
 
 
+def _mib(value: object) -> str:
+    """A running job's tree memory, as the log line words it (``-`` unknown or unsound)."""
+    memory = figure(value)
+    return "-" if memory is None else f"{memory / (1 << 20):.0f} MiB"
+
+
+def _cpu(value: object) -> str:
+    cpu = figure(value)
+    return "-" if cpu is None else f"{cpu:.2f}s"
+
+
 def _last_line(output: object) -> object:
     return output[-1] if isinstance(output, list) and output else ""
 
@@ -233,7 +244,8 @@ def _last_line(output: object) -> object:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")
 @click.pass_obj
 def workers(target: Target, urls: tuple[str, ...], as_json: bool) -> None:
-    """The jobs running now on one or more supervisors."""
+    """The jobs running now on one or more supervisors, with what each one's process tree
+    uses now (memory, CPU seconds so far)."""
     urls = tuple(u.strip() for text in urls for u in text.split(",") if u.strip())
     found: dict[str, list[dict[str, Any]]] = {}
     errors = []
@@ -247,11 +259,11 @@ def workers(target: Target, urls: tuple[str, ...], as_json: bool) -> None:
     else:
         several = len(urls) > 1
         heads = [*(["FROM"] if several else []), "POOL", "TUBE", "SLOT", "JOB", "PID",
-                 "ELAPSED", "TTR", "LAST OUTPUT"]  # fmt: skip
+                 "ELAPSED", "TTR", "MEM", "CPU", "LAST OUTPUT"]  # fmt: skip
         rows: list[list[object]] = [
             [*([url] if several else []), j.get("pool") or "-", j.get("tube"), j.get("slot"),
              j.get("job_id"), j.get("pid") or "-", _seconds(j.get("elapsed")), j.get("ttr"),
-             _last_line(j.get("output"))]
+             _mib(j.get("memory_bytes")), _cpu(j.get("cpu_s")), _last_line(j.get("output"))]
             for url, jobs in found.items() for j in jobs
         ]  # fmt: skip
         echo_lines(table(heads, rows, flex=len(heads) - 1))

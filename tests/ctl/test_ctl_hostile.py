@@ -159,7 +159,9 @@ def test_workers_from_a_hostile_dashboard_is_exit_3(act: Act, said: str) -> None
 
 
 def test_workers_shows_odd_fields_of_a_dashboard_safely() -> None:
-    odd = rb'[{"tube": "\u001b]0;owned\u0007", "elapsed": "soon", "output": 5, "pid": [1]}]'
+    odd = (rb'[{"tube": "\u001b]0;owned\u0007", "elapsed": "soon", "output": 5, "pid": [1],'
+           rb' "memory_bytes": "lots", "cpu_s": NaN}]')  # fmt: skip
     ran, screen = _run({b"GET": hang_up(_http(odd))}, "workers", "--from", "http://SERVER")
     assert ran.status == 0, screen
     assert "\\x1b]0;owned\\x07" in screen and " - " in screen
+    assert "lots" not in screen and "nan" not in screen.lower(), screen

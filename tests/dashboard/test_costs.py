@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from cmdstalk_py.ops.dashboard.board import Board
 from cmdstalk_py.ops.dashboard.live import COST_RATIO, LiveUsage
 from cmdstalk_py.ops.observers import JobStart
 from cmdstalk_py.process.usage import Stat, read_table
+from tests.ctl.run import ctl, out
 from tests.dashboard.supervised import HOG_MB, get, supervised
 from tests.helpers import BeanstalkServer, wait_until
 
@@ -46,6 +48,12 @@ def test_a_jobs_memory_live_then_its_figures(beanstalk: BeanstalkServer, tmp_pat
         except AssertionError as e:  # what the page showed last says which part failed
             raise AssertionError(f"{e}; last seen {seen[0]}") from None
         assert job is not None and job["procs"] >= 1 and isinstance(job["cpu_s"], float), job
+        # cmdstalk-ctl workers shows the same figures (read again: a second later, or more).
+        listed = ctl(None, "workers", "--from", sup.url, columns=200)
+        assert listed.returncode == 0, listed
+        row = next(line for line in out(listed).splitlines() if f" {hog} " in line)
+        figures = re.search(r" (\d+) MiB +(\d+\.\d\d)s ", row)
+        assert figures is not None and int(figures[1]) >= HOG_MB, row
         done.touch()
         finished = wait_until(lambda: _job(sup.state()["finished"], hog), timeout=30,
                               message="the job finished")  # fmt: skip

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import greenstalk
 import psutil
-from idle import cmdstalk_argv, cpu_seconds
+from idle import cmdstalk_argv, cpu_seconds, stop
 from server_procs import HOST, ServerStartError, beanstalkd_kind, bundled_kind, start_server
 
 from tests.helpers import free_port
@@ -147,13 +147,7 @@ def supervisor(config: Path, metrics_port: int, log: Path) -> Iterator[psutil.Pr
     try:
         yield psutil.Process(proc.pid)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop(proc)
 
 
 def wait_for(

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from idle import cmdstalk_argv, cpu_seconds, go_cmdstalk, server_stats
+from idle import cmdstalk_argv, cpu_seconds, go_cmdstalk, server_stats, stop
 from server_procs import RunningServer, beanstalkd_kind, start_server
 from shapes_aio import uvloop_missing
 
@@ -179,17 +178,6 @@ def measure(name: str, tubes: int, per_tube: int, seconds: float, go_bin: str | 
         if proc is not None:
             stop(proc)
         server.stop()
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL to its group if it is still there after 60 s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def label(name: str, per_tube: int) -> str:

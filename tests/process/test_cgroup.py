@@ -9,7 +9,6 @@ container, or under systemd ``Delegate=yes``) and skip, saying why, where it doe
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,11 +27,7 @@ from cmdstalk_py.process.jobcgroup import joining
 from cmdstalk_py.process.usage import Limits
 from tests.helpers import wait_until
 from tests.process.aio import run
-from tests.process.test_usage import BALLAST, SPIN, our_descendants, time_v
-
-ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
-MB = 1 << 20
-PY = sys.executable
+from tests.process.test_usage import BALLAST, ENV, MB, PY, SPIN, our_descendants, time_v
 
 SELF_V1 = "12:pids:/\n4:memory:/ci/box\n3:cpu,cpuacct:/\n1:name=systemd:/x\n0::/\n"
 MOUNTS = (

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from cmdstalk_py.process import KillReason, set_child_subreaper
+from cmdstalk_py.process import KillReason
 from cmdstalk_py.process.control import (
     BUDGET,
     MAX_REQUEST,
@@ -26,13 +26,7 @@ def sh(script: str) -> list[str]:
     return ["/bin/bash", "-c", script]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def subreaper() -> Iterator[None]:
-    assert set_child_subreaper(True)
-    try:
-        yield
-    finally:
-        set_child_subreaper(False)
+pytestmark = pytest.mark.usefixtures("subreaper")
 
 
 def test_parse_requests() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -22,7 +21,6 @@ from cmdstalk_py.process import (
     ProcessResult,
     Switch,
     run_command,
-    set_child_subreaper,
 )
 from cmdstalk_py.process.marker import MARKER, environ_token
 from tests.helpers import wait_until
@@ -40,13 +38,7 @@ ESCAPES = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def subreaper() -> Iterator[None]:
-    assert set_child_subreaper(True)
-    try:
-        yield
-    finally:
-        set_child_subreaper(False)
+pytestmark = pytest.mark.usefixtures("subreaper")
 
 
 def _gone(pid: int) -> bool:

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -15,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cmdstalk_py.process import KillReason, Switch, reap_orphans, set_child_subreaper
+from cmdstalk_py.process import KillReason, Switch, reap_orphans
 from cmdstalk_py.process.output import LineBudget, OutputStream
 from tests.helpers import wait_until
 from tests.process.aio import run
@@ -28,18 +27,7 @@ def sh(script: str) -> list[str]:
     return [BASH, "-c", script]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def subreaper() -> Iterator[None]:
-    """Adopt orphaned grandchildren, as the supervisor does, so they can be reaped.
-
-    Without it they go to this container's init, which may never reap them, and a test
-    that checks for zombies would blame run_command for init's behaviour.
-    """
-    assert set_child_subreaper(True)
-    try:
-        yield
-    finally:
-        set_child_subreaper(False)
+pytestmark = pytest.mark.usefixtures("subreaper")
 
 
 def our_zombies() -> list[psutil.Process]:

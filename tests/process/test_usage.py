@@ -10,12 +10,11 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import psutil
 import pytest
 
-from cmdstalk_py.process import KillReason, set_child_subreaper
+from cmdstalk_py.process import KillReason
 from cmdstalk_py.process.usage import (
     ACCOUNT_INTERVAL,
     NO_LIMITS,
@@ -45,14 +44,7 @@ SPIN = (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def subreaper() -> Iterator[None]:
-    """Adopt orphaned grandchildren, as the supervisor does, so they can be reaped."""
-    assert set_child_subreaper(True)
-    try:
-        yield
-    finally:
-        set_child_subreaper(False)
+pytestmark = pytest.mark.usefixtures("subreaper")
 
 
 def stat(pid: int, ppid: int, cpu: float = 0.0, reaped: float = 0.0, rss: int = 0) -> Stat:

@@ -41,7 +41,7 @@ def test_server_does_not_import_client_side_libraries() -> None:
 
 
 def test_server_runs_without_asyncio() -> None:
-    # Its own loop (server/loop.py) exists partly to save asyncio's ~55 ms import.
+    # Its own loop (loop/core.py) exists partly to save asyncio's ~55 ms import.
     modules = imported_modules(
         "import cmdstalk_py.server.cli, cmdstalk_py.server.run, cmdstalk_py.server.embedded"
     )

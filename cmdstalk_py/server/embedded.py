@@ -23,7 +23,7 @@ from cmdstalk_py.server.config import (
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import Journal
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
-from cmdstalk_py.server.loop import Loop
+from cmdstalk_py.loop.core import Loop
 from cmdstalk_py.server.net import Server
 
 if TYPE_CHECKING:

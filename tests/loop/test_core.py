@@ -1,4 +1,5 @@
-"""The server's event loop (server/loop.py): timers, callbacks, descriptors, wake-ups, signals.
+"""The event loop the server and the supervisor share (loop/core.py): timers, callbacks,
+descriptors, wake-ups, signals.
 
 Real descriptors and real signals; every wait is bounded (a blocking poll that never
 returns would hang the test, so the loop runs on a thread or with a timer as a backstop).
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cmdstalk_py.server.loop import MAX_POLL, Loop
+from cmdstalk_py.loop.core import MAX_POLL, Loop
 from tests.helpers import wait_until
 
 

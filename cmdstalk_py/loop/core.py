@@ -1,4 +1,5 @@
-"""The server's event loop: one epoll set, one timer heap, a queue of callbacks.
+"""The event loop of the server and the supervisor: one epoll set, one timer heap, a queue
+of callbacks. Coroutines run on it as ``futures.Task``s (``cmdstalk_py.loop``).
 
 Why not asyncio: the server never used its transports, protocols or coroutines, only its
 loop, and that loop costs a request/response client dearly. Driving connections from an
@@ -8,12 +9,19 @@ lookup, and importing it costs next to nothing, where importing asyncio was a no
 part of the server's start-up (figures: benchmarks/README.md). Like beanstalkd's
 ``srvserve``: the time to the next deadline is the poll timeout.
 
+The supervisor's workers did use coroutines, on asyncio, and paid for its loop on every
+wake-up of a job (a reply, a pipe's end, a pidfd): a selector object, handles, contexts, a
+heap check; here a wake-up is a dict lookup and a call (figures: docs/architecture.md).
+
 One thread owns a loop. ``call_soon_threadsafe`` and signals wake it through a
 non-blocking pipe watched by the same epoll set; signal handlers only queue a callback.
+The loop times what it does between two polls (``longest_busy``): the supervisor reports
+the longest such span as its loop lag.
 """
 
 from __future__ import annotations
 
+import _thread
 import heapq
 import os
 import select
@@ -24,8 +32,12 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy kno
 if TYPE_CHECKING:
     import signal
     from collections import deque
-    from collections.abc import Callable
-    from typing import Any
+    from collections.abc import Awaitable, Callable, Coroutine
+    from typing import Any, TypeVar
+
+    from cmdstalk_py.loop import futures
+
+    T = TypeVar("T")
 
     #: Handler of one watched descriptor: called with the epoll event mask.
     IOHandler = Callable[[int], None]
@@ -34,7 +46,7 @@ else:
     import _signal as signal
     from _collections import deque
 
-__all__ = ["Loop", "Timer"]
+__all__ = ["Loop", "Timer", "get_running_loop", "report_to_stderr", "set_running_loop"]
 
 #: Longest poll: epoll takes milliseconds in a C int, and a job may be delayed 2**32 s.
 MAX_POLL = 24 * 3600.0
@@ -62,7 +74,10 @@ class Timer:
 class Loop:
     """A single-threaded epoll event loop with timers and thread-safe wake-ups."""
 
-    def __init__(self) -> None:
+    def __init__(self, report: Callable[[], None] | None = None) -> None:
+        #: Called (in an ``except`` block) when a handler or callback raised: the loop
+        #: goes on. The server prints the traceback; the supervisor logs it.
+        self.report = report or report_to_stderr
         self.epoll = select.epoll()
         #: Handler by watched descriptor (public for the hot path of ``net.Server``).
         self.handlers: dict[int, IOHandler] = {}
@@ -77,7 +92,14 @@ class Loop:
         self._signals: dict[int, Any] = {}
         self._old_wakeup_fd: int | None = None
         self._stopping = False
+        self._running = False
         self.closed = False
+        #: The longest time, in seconds, the loop spent between two polls since this was
+        #: last reset to 0 (by whoever reports it).
+        self.longest_busy = 0.0
+        #: The task whose step is running (``futures.current_task``).
+        self.current: futures.Task[Any] | None = None
+        self._executor: Any = None
 
     # ---------------------------------------------------------------- clock and callbacks
 
@@ -136,6 +158,69 @@ class Loop:
         """Stop watching ``fd`` for input."""
         self.unwatch(fd)
 
+    def add_writer(self, fd: int, callback: Callable[..., Any], *args: Any) -> None:
+        """Call ``callback(*args)`` whenever ``fd`` is writable (not also read: one
+        handler per descriptor)."""
+        self.watch(fd, select.EPOLLOUT, lambda _events: callback(*args))
+
+    def remove_writer(self, fd: int) -> None:
+        """Stop watching ``fd`` for output."""
+        self.unwatch(fd)
+
+    # ---------------------------------------------------------------- coroutines, threads
+
+    # ``futures`` is imported where first needed: the server runs no coroutines, and
+    # futures imports typing (start-up time).
+
+    def create_future(self) -> futures.Future[Any]:
+        """A future on this loop."""
+        from cmdstalk_py.loop.futures import Future
+
+        return Future(self)
+
+    def create_task(
+        self, coro: Coroutine[Any, Any, T], name: str | None = None
+    ) -> futures.Task[T]:
+        """Run ``coro`` as a task: its first step is in the next iteration."""
+        from cmdstalk_py.loop.futures import Task
+
+        return Task(coro, self, name)
+
+    def run_in_executor(
+        self, executor: Any, fn: Callable[..., T], *args: Any
+    ) -> futures.Future[T]:
+        """``fn(*args)`` in ``executor`` (a ``concurrent.futures`` executor; None: the
+        loop's own pool, made on first use) as a future of this loop."""
+        if executor is None:
+            executor = self._executor
+            if executor is None:
+                from concurrent.futures import ThreadPoolExecutor  # only when first needed
+
+                executor = self._executor = ThreadPoolExecutor(
+                    max_workers=4, thread_name_prefix="loop-executor"
+                )
+        from cmdstalk_py.loop.futures import wrap_concurrent
+
+        return wrap_concurrent(executor.submit(fn, *args), self)
+
+    def run_until_complete(self, awaitable: Awaitable[T]) -> T:
+        """Run until ``awaitable`` (a coroutine or future of this loop) is done; its
+        result."""
+        from cmdstalk_py.loop.futures import ensure_future
+
+        future = ensure_future(awaitable, self)
+        future.add_done_callback(lambda _f: self.stop())
+        self.run_forever()
+        if not future.done():
+            raise RuntimeError("the loop stopped before the future was done")
+        return future.result()
+
+    def is_running(self) -> bool:
+        return self._running
+
+    def is_closed(self) -> bool:
+        return self.closed
+
     # ---------------------------------------------------------------- signals
 
     def add_signal_handler(self, sig: int, callback: Callable[[], Any]) -> None:
@@ -149,6 +234,14 @@ class Loop:
             self._ready.append((callback, ()))
 
         self._signals[sig] = signal.signal(sig, handler)
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        """Give ``sig`` back its handler from before ``add_signal_handler``."""
+        previous = self._signals.pop(sig, None)
+        if previous is None:
+            return False
+        signal.signal(sig, previous)
+        return True
 
     def _restore_signals(self) -> None:
         for sig, previous in self._signals.items():
@@ -179,10 +272,18 @@ class Loop:
         self._stopping = True
 
     def run_forever(self) -> None:
-        """Run until ``stop``."""
+        """Run until ``stop``; meanwhile this is the thread's running loop."""
+        if self._running:
+            raise RuntimeError("the loop is already running")
+        previous = set_running_loop(self)
+        self._running = True
         self._stopping = False
-        while not self._stopping:
-            self.run_once()
+        try:
+            while not self._stopping:
+                self.run_once()
+        finally:
+            self._running = False
+            set_running_loop(previous)
 
     def run_once(self, block: bool = True) -> None:
         """One iteration: poll (up to the next deadline), events, due timers, callbacks."""
@@ -199,6 +300,7 @@ class Loop:
         else:
             timeout = -1.0
         events = self.epoll.poll(timeout)
+        began = monotonic()
         if events:
             handlers = self.handlers
             try:
@@ -209,13 +311,13 @@ class Loop:
             except Exception:
                 # The events not handled yet are reported again by the next poll (level
                 # triggered); one failing handler must not end the server.
-                _report()
+                self.report()
             after_events = self.after_events
             if after_events is not None:
                 try:
                     after_events()
                 except Exception:  # as in _guard, without its frame on every iteration
-                    _report()
+                    self.report()
         if timers:
             now = monotonic()
             while timers and timers[0].when <= now:
@@ -227,12 +329,15 @@ class Loop:
         for _ in range(len(ready)):
             callback, args = ready.popleft()
             self._guard(callback, args)
+        busy = monotonic() - began
+        if busy > self.longest_busy:
+            self.longest_busy = busy
 
     def _guard(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         try:
             fn(*args)
         except Exception:  # one failing callback must not end the server
-            _report()
+            self.report()
 
     def close(self) -> None:
         """Release the epoll set and the wake pipe; restore signal handlers (idempotent)."""
@@ -246,9 +351,36 @@ class Loop:
         self.handlers.clear()
         self._timers.clear()
         self._ready.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _report() -> None:
+# The running loop of each thread (one loop per thread: the supervisor's, a Spark task's,
+# the embedded server's).
+_running: dict[int, Loop] = {}
+
+
+def set_running_loop(loop: Loop | None) -> Loop | None:
+    """Make ``loop`` this thread's running loop (None: none); the one it was."""
+    ident = _thread.get_ident()
+    previous = _running.get(ident)
+    if loop is None:
+        _running.pop(ident, None)
+    else:
+        _running[ident] = loop
+    return previous
+
+
+def get_running_loop() -> Loop:
+    """The loop running in this thread (``RuntimeError`` when none is)."""
+    loop = _running.get(_thread.get_ident())
+    if loop is None:
+        raise RuntimeError("no running event loop")
+    return loop
+
+
+def report_to_stderr() -> None:
+    """The server's ``Loop.report``: the traceback on stderr."""
     import traceback  # only on the error path: keeps start-up lean
 
     sys.stderr.write("cmdstalk-server: error in the event loop:\n")

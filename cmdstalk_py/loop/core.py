@@ -97,6 +97,8 @@ class Loop:
         #: The longest time, in seconds, the loop spent between two polls since this was
         #: last reset to 0 (by whoever reports it).
         self.longest_busy = 0.0
+        #: When the last poll returned (loop time): what runs now has held the loop since.
+        self.polled_at = monotonic()
         #: The task whose step is running (``futures.current_task``).
         self.current: futures.Task[Any] | None = None
         self._executor: Any = None
@@ -300,7 +302,7 @@ class Loop:
         else:
             timeout = -1.0
         events = self.epoll.poll(timeout)
-        began = monotonic()
+        self.polled_at = began = monotonic()
         if events:
             handlers = self.handlers
             try:

@@ -32,7 +32,6 @@ Limits worth knowing:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cmdstalk_py.client.names import format_address
+from cmdstalk_py.loop.futures import current_task
 from cmdstalk_py.ops.eventlog import encode_line, event_record
 from cmdstalk_py.ops.logsetup import TextFormatter
 from cmdstalk_py.ops.observers import Observer
@@ -198,7 +198,7 @@ class _Warnings(logging.Handler):
 def _worker_name() -> str:
     """The name of the broker's task logging now (``standalone`` names them), or ''."""
     try:
-        task = asyncio.current_task()
+        task = current_task()
     except RuntimeError:  # no loop in this thread
         return ""
     return task.get_name() if task is not None else ""

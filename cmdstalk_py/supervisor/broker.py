@@ -24,7 +24,6 @@ thread's own, ``run_once()`` takes one turn on it (``standalone.py``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -36,6 +35,9 @@ from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, DeadlineSoon, TimedOut
 from cmdstalk_py.client.pipeline import Job
+from cmdstalk_py.loop import tools
+from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.loop.futures import Future
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process import batch_thread, restore_thread
 from cmdstalk_py.process.switch import Switch
@@ -111,13 +113,13 @@ class Broker:
         self._hooks = JobHooks(
             self._job_started, self._job_done, self._report_pending, self._send_ahead
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._own_loop: asyncio.AbstractEventLoop | None = None  # standalone run_once()
+        self._loop: Loop | None = None
+        self._own_loop: Loop | None = None  # standalone run_once()
         self._idle_since = time.monotonic()
         self._in_reserve = False
         self._interrupted = False  # interrupt()/rewatch() cut the reserve under way
         self._rewatch = False  # rewatch() came outside reserve: claim afresh before it
-        self._nudge: asyncio.Future[None] | None = None  # what an idle wait waits on
+        self._nudge: Future[None] | None = None  # what an idle wait waits on
         # Claims held for the next reserve, and the tube of the job running (``gate.py``).
         self._claimed: tuple[str, ...] | None = None
         self._running_tube: str | None = None
@@ -126,7 +128,7 @@ class Broker:
         # calls keep the configured timeout, so they return when no job is there.
         self.reserve_timeout: int | None = config.reserve_timeout
         self.retired = False  # set by the pool: this worker stops at its next reserve
-        self._ahead: asyncio.Future[Job] | None = None  # a reserve sent with the last job's end
+        self._ahead: Future[Job] | None = None  # a reserve sent with the last job's end
         self._ticket_held = False  # a --max-jobs ticket taken for that reserve
         # The last job's result, reported once the next command runs (see the docstring).
         self._unreported: JobResult | None = None
@@ -142,7 +144,7 @@ class Broker:
         With ``config.batch_scheduling`` and a single broker (``config.single_broker``) the
         loop's thread runs under ``SCHED_BATCH`` until this returns (``process/sched.py``).
         """
-        self._loop = asyncio.get_running_loop()
+        self._loop = get_running_loop()
         # An idle worker waits in a plain reserve, unless it must come back: to end after
         # ``idle_timeout``, or with --max-jobs, to hand its ticket back now and then (one
         # waiting on an empty tube would hold it for good, and a job on another tube would
@@ -182,7 +184,7 @@ class Broker:
                     break
                 if self._budget.limited:
                     # The ticket went back: let the workers waiting for one have it first.
-                    await asyncio.sleep(0)
+                    await tools.sleep(0)
         except Stopped:
             pass  # stopped while connecting
         finally:
@@ -203,7 +205,7 @@ class Broker:
         that calls ``handle_one`` again (which then reads its reply). Raises ``Stopped``
         when stopped while (re)connecting.
         """
-        self._loop = asyncio.get_running_loop()
+        self._loop = get_running_loop()
         client = await self.connection.client()
         if self._ticket_held:
             self._ticket_held = False  # taken when the reserve was sent ahead
@@ -354,8 +356,8 @@ class Broker:
     ) -> None:
         """Wait, with no request, until ``register``'s wake-up is called (it may return a
         timeout of its own), ``timeout`` passes, or ``interrupt`` / ``rewatch``."""
-        loop = asyncio.get_running_loop()
-        nudge: asyncio.Future[None] = loop.create_future()
+        loop = get_running_loop()
+        nudge: Future[None] = loop.create_future()
 
         def wake() -> None:
             if not nudge.done():
@@ -383,7 +385,7 @@ class Broker:
         if loop is None or not loop.is_running():
             return True
         try:
-            if asyncio.get_running_loop() is loop:
+            if get_running_loop() is loop:
                 return True
         except RuntimeError:
             pass
@@ -437,7 +439,6 @@ class Broker:
         self.plan.release(self)
         if self._own_loop is not None:
             loop, self._own_loop = self._own_loop, None
-            loop.run_until_complete(asyncio.sleep(0))  # the transport closes its socket
             loop.close()
 
     def _return_ticket(self) -> None:
@@ -462,5 +463,5 @@ class Broker:
     def run_once(self, prefetch: bool = False) -> JobResult | None:
         """``handle_one`` on this broker's own loop, kept between calls (standalone)."""
         if self._own_loop is None:
-            self._own_loop = asyncio.new_event_loop()
+            self._own_loop = Loop()
         return self._own_loop.run_until_complete(self.handle_one(prefetch))

@@ -10,7 +10,6 @@ tube comes from its ``stats-job`` (a shared worker watches several).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, Buried, NotFound
 from cmdstalk_py.client.pipeline import Job
+from cmdstalk_py.loop.futures import Future
 from cmdstalk_py.ops.observers import JobStart, Observer
 from cmdstalk_py.process import ProcessResult, run_command
 from cmdstalk_py.process.switch import Switch
@@ -225,7 +225,7 @@ class JobHandler:
 
     def _send_act(
         self, client: AsyncClient, job: Job, decision: Decision, pri: int
-    ) -> asyncio.Future[Any] | None:
+    ) -> Future[Any] | None:
         """Send ``decision``'s command on the connection that holds the reservation.
 
         Never on a new connection: if ours broke while the command ran, the server has
@@ -241,7 +241,7 @@ class JobHandler:
         return None
 
     async def _act_result(
-        self, reply: asyncio.Future[Any] | None, decision: Decision
+        self, reply: Future[Any] | None, decision: Decision
     ) -> tuple[Outcome, str | None]:
         """The outcome of the final command; LOST if the reservation was no longer ours."""
         if reply is None:

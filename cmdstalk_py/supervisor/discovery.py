@@ -19,7 +19,6 @@ due) are tested alone.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import heapq
 import logging
@@ -30,6 +29,8 @@ from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
 from cmdstalk_py.client.replies import parse_list
+from cmdstalk_py.loop.core import get_running_loop
+from cmdstalk_py.loop.futures import Task
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.config import is_glob
 from cmdstalk_py.supervisor.looptime import Alarm
@@ -170,10 +171,10 @@ class Discovery:
         self.listed = False  # the first tube list is known
         self._stopped = False
         self._alarm = Alarm()
-        self.task: asyncio.Task[int] | None = None
+        self.task: Task[int] | None = None
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._loop(), name=self.where)
+        self.task = get_running_loop().create_task(self._loop(), name=self.where)
 
     async def _loop(self) -> int:
         conn = self.connection

@@ -12,12 +12,12 @@ supervisor's event loop: the pools' workers are its tasks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 
 from cmdstalk_py.client.connection import OutageReporter
 from cmdstalk_py.client.names import format_address
+from cmdstalk_py.loop import tools
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.broker import Broker
@@ -157,7 +157,7 @@ class Dispatcher:
         """Wait for every pool's tasks to finish (after ``stop`` was set)."""
         tasks = [t for pool in self._all_pools() for t in pool.tasks()]
         if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+            await tools.wait(tasks, timeout=timeout)
 
 
 def _servers(config: Config) -> list[str]:

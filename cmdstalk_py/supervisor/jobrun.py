@@ -11,7 +11,6 @@ process result, the job's stats and those requests into a ``policy.Decision``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -19,6 +18,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound, ReplyError
+from cmdstalk_py.loop.futures import Future
 from cmdstalk_py.process import KillReason, ProcessResult
 from cmdstalk_py.process.control import ControlError, parse_request
 from cmdstalk_py.process.result import LIMIT_KILLS
@@ -166,7 +166,7 @@ class JobRun:
         reply = self._client.touch(self.job_id, within)
         reply.add_done_callback(lambda done: self._touched(done, now))
 
-    def _touched(self, reply: asyncio.Future[object], sent: float) -> None:
+    def _touched(self, reply: Future[object], sent: float) -> None:
         self._touching = False
         error = reply.exception() if not reply.cancelled() else None
         if reply.cancelled():

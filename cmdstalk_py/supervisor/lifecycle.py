@@ -11,19 +11,18 @@ KILL and the jobs are released (a TTR kill while draining releases too, see ``de
 A second SIGTERM/SIGINT kills every running command at once and releases its job. SIGHUP
 runs ``on_hup`` (reopen the event log) and, with a ``reload`` source (``--config``), reads
 the pools again and has the dispatcher switch to them; a source that fails (a bad file)
-is logged and the running pools are kept (the file is read off the loop, in asyncio's
-default executor). Signal handlers only count signals and wake the main coroutine, which
+is logged and the running pools are kept (the file is read off the loop, in the loop's
+executor threads). Signal handlers only count signals and wake the main coroutine, which
 acts on the counts.
 
-Everything runs on one asyncio event loop in the calling thread: the pools' workers and
-discovery are its tasks, their commands' pipes and timers its callbacks. Each heartbeat
+Everything runs on one event loop (``loop.core.Loop``) in the calling thread: the pools'
+workers and discovery are its tasks, their commands' pipes and timers its callbacks. Each heartbeat
 reports the longest the loop was held between two polls since the last (``looptime``;
 ``loop_lag`` to the observers, a metrics gauge) and warns past ``LAG_WARN`` seconds.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import logging
@@ -31,6 +30,8 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from cmdstalk_py.loop import tools
+from cmdstalk_py.loop.core import Loop, get_running_loop
 from cmdstalk_py.ops.holdsettle import HoldLog
 from cmdstalk_py.ops.observers import Observer, Observers
 from cmdstalk_py.process import reap_orphans
@@ -38,7 +39,7 @@ from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.dispatcher import Dispatcher, as_pools
-from cmdstalk_py.supervisor.looptime import Alarm, TimedSelector, new_loop, selector_of
+from cmdstalk_py.supervisor.looptime import Alarm, take_lag
 
 log = logging.getLogger("cmdstalk")
 
@@ -111,12 +112,11 @@ class Supervisor:
         self._stop_requests = 0
         self._hups = 0
         self._hups_seen = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Loop | None = None
         self._alarm: Alarm | None = None  # the main coroutine's sleep
         self._drain_started = 0.0
         self._next_heartbeat = 0.0
         self.loop_lag = 0.0  # the longest hold of the loop in the last heartbeat, seconds
-        self._selector: TimedSelector | None = None
 
     # -- requests from other threads and from signal handlers -------------------------------
 
@@ -149,20 +149,22 @@ class Supervisor:
     # -- the main loop ----------------------------------------------------------------------
 
     def run(
-        self, install_signals: bool = True, loop: asyncio.AbstractEventLoop | None = None
+        self, install_signals: bool = True, loop: Loop | None = None
     ) -> int:
         """Serve until stopped, on ``loop`` (one not running yet: the dashboard may already
         be bound to it) or a new one, in this thread; the loop is closed at the end.
         ``install_signals`` needs the main thread."""
-        made = loop if loop is not None else new_loop()
-        with asyncio.Runner(loop_factory=lambda: made) as runner:
-            return runner.run(self.main(install_signals))
+        made = loop if loop is not None else Loop(report=_report)
+        try:
+            return made.run_until_complete(self.main(install_signals))
+        finally:
+            made.close()
 
     async def main(self, install_signals: bool = True) -> int:
         """Serve until stopped, on the running loop; the exit status (0)."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = get_running_loop()
         self._alarm = alarm = Alarm()
-        self._selector = selector_of(self._loop)
+        take_lag(self._loop)  # what making the pools took is not the loop's lag
         with self._signals(install_signals):
             try:
                 self.dispatcher.start()
@@ -175,9 +177,9 @@ class Supervisor:
     def _take_lag(self) -> None:
         """How long the loop was held at most since the last heartbeat: what a command's
         kill point or a job's start may have waited behind (``looptime``)."""
-        if self._selector is None:
-            return  # a loop not made by looptime.new_loop: nothing measures it
-        self.loop_lag = lag = self._selector.take()
+        if self._loop is None:
+            return
+        self.loop_lag = lag = take_lag(self._loop)
         self.observer.loop_lag(lag)
         if lag > LAG_WARN:
             log.warning(
@@ -244,7 +246,7 @@ class Supervisor:
         if self._reload is None:
             return False
         try:
-            configs = await asyncio.to_thread(self._reload)
+            configs = await tools.to_thread(self._reload)
             self.dispatcher.reload(configs)
         except Exception as e:  # a bad file: one line, the running config stays
             log.error("reload failed, keeping the running pools: %s", e)
@@ -274,7 +276,7 @@ class Supervisor:
         if not install:
             yield
             return
-        loop = asyncio.get_running_loop()
+        loop = get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._on_signal)
         loop.add_signal_handler(signal.SIGINT, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
@@ -283,3 +285,9 @@ class Supervisor:
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
+
+
+def _report() -> None:
+    """The loop's report of a callback that raised: logged with its traceback, the loop
+    goes on (one worker's bug must not stop the others)."""
+    log.exception("error in the event loop")

@@ -1,12 +1,9 @@
 """The event loop's time: how long it is held, and sleeps that a poke cuts short.
 
-How long the loop is held is the time between two polls of its selector.
-
-Everything the loop runs between two ``select`` calls (the callbacks and coroutine steps
-of one iteration) holds every other worker, kill point and job start on it. ``new_loop``
-makes the supervisor's loop with a selector that times that span; ``TimedSelector.take``
-hands the longest since the last look (``lifecycle`` reports it as the loop's lag and warns
-past 100 ms). Two clock readings an iteration; no debug mode.
+Everything the loop runs between two polls (the callbacks and coroutine steps of one
+iteration) holds every other worker, kill point and job start on it. The loop
+(``loop.core.Loop``) times that span; ``take_lag`` hands the longest since the last look
+(``lifecycle`` reports it as the loop's lag and warns past 100 ms).
 
 ``give_way`` bounds a burst: a job start (the spawn is the costliest step of a job) made
 when the loop has already run for ``GIVE_WAY_AFTER`` without a poll waits for the next
@@ -14,64 +11,26 @@ iterations, so five hundred jobs arriving in one reply do not hold every kill po
 and timer behind five hundred spawns.
 
 ``Alarm`` is the periodic sleep of the supervisor's own tasks (the main coroutine,
-discovery): a timer and a future, where ``asyncio.timeout`` around an ``Event.wait`` would
+discovery): a timer and a future, where ``tools.timeout`` around an ``Event.wait`` would
 cancel the task, and raise and catch a ``CancelledError`` through it, at every quiet tick.
 """
 
 from __future__ import annotations
 
-import asyncio
-import selectors
 import time
-import weakref
 
-
-class TimedSelector(selectors.DefaultSelector):
-    """The platform's selector, timing what the loop does between its polls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._returned: float | None = None
-        self._longest = 0.0
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if self._returned is not None:
-            held = time.monotonic() - self._returned
-            if held > self._longest:
-                self._longest = held
-        events = super().select(timeout)
-        self._returned = time.monotonic()
-        return events
-
-    def held(self) -> float:
-        """How long the loop has been running callbacks since its last poll, seconds."""
-        return 0.0 if self._returned is None else time.monotonic() - self._returned
-
-    def take(self) -> float:
-        """The longest the loop was held since the last call, seconds."""
-        longest, self._longest = self._longest, 0.0
-        return longest
-
+from cmdstalk_py.loop import tools
+from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.loop.futures import Future
 
 #: Seconds of callbacks after which a job start lets the loop poll first.
 GIVE_WAY_AFTER = 0.01
 
-_SELECTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (
-    weakref.WeakKeyDictionary()
-)
 
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop for the supervisor, its selector timed (``selector_of``)."""
-    selector = TimedSelector()
-    loop = asyncio.SelectorEventLoop(selector)
-    _SELECTORS[loop] = selector
-    return loop
-
-
-def selector_of(loop: asyncio.AbstractEventLoop) -> TimedSelector | None:
-    """The timing selector of a loop ``new_loop`` made (None for another loop)."""
-    return _SELECTORS.get(loop)
+def take_lag(loop: Loop) -> float:
+    """The longest ``loop`` was held between two polls since the last call, seconds."""
+    longest, loop.longest_busy = loop.longest_busy, 0.0
+    return longest
 
 
 async def give_way() -> None:
@@ -79,12 +38,11 @@ async def give_way() -> None:
 
     A task that finds the loop busy longer goes to the back of the line (``sleep(0)``),
     again each iteration until it finds it fresh; so each iteration runs ``GIVE_WAY_AFTER``
-    seconds of job starts at most, and the timers and pipes due run in between. A loop
-    ``new_loop`` did not make is not timed: no waiting there.
+    seconds of job starts at most, and the timers and pipes due run in between.
     """
-    selector = _SELECTORS.get(asyncio.get_running_loop())
-    while selector is not None and selector.held() > GIVE_WAY_AFTER:
-        await asyncio.sleep(0)
+    loop = get_running_loop()
+    while time.monotonic() - loop.polled_at > GIVE_WAY_AFTER:
+        await tools.sleep(0)
 
 
 class Alarm:
@@ -93,7 +51,7 @@ class Alarm:
     sleep at once: it is never lost."""
 
     def __init__(self) -> None:
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: Future[None] | None = None
         self._poked = False
 
     def poke(self) -> None:
@@ -105,7 +63,7 @@ class Alarm:
     async def sleep(self, seconds: float) -> None:
         """Until ``seconds`` have passed or ``poke()`` is called, whichever comes first."""
         if not self._poked:
-            loop = asyncio.get_running_loop()
+            loop = get_running_loop()
             self._waiter = waiter = loop.create_future()
             timer = loop.call_later(seconds, _ring, waiter)
             try:
@@ -116,6 +74,6 @@ class Alarm:
         self._poked = False
 
 
-def _ring(waiter: asyncio.Future[None]) -> None:
+def _ring(waiter: Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)

@@ -16,7 +16,6 @@ running jobs go on, as on SIGTERM.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -24,6 +23,8 @@ from collections.abc import Callable, Iterable
 
 from cmdstalk_py.client.connection import OutageReporter
 from cmdstalk_py.client.names import format_address
+from cmdstalk_py.loop.core import Timer, get_running_loop
+from cmdstalk_py.loop.futures import Task
 from cmdstalk_py.ops.observers import Observer, TubeHold
 from cmdstalk_py.process.switch import Switch
 from cmdstalk_py.supervisor.broker import Broker
@@ -51,7 +52,7 @@ class Site:
         self.host, self.port = host, port
         self.address = format_address(host, port)
         self.tubes: list[str] = [] if dynamic(pool.config) else list(pool.config.tubes)
-        self.workers: list[tuple[Broker, asyncio.Task[int]]] = []
+        self.workers: list[tuple[Broker, Task[int]]] = []
         self._by_tube: dict[str, list[Broker]] = {}  # --per-tube: each tube's workers
         self.initial: list[Broker] = []
         self._seen_up = 0  # initial workers seen connected so far, in order (readiness)
@@ -90,7 +91,7 @@ class Site:
             config, label, slot, pool.observer, switches=pool.switches, budget=pool.budget,
             outage=pool.outage(self.address), plan=plan, address=(self.host, self.port),
         )  # fmt: skip
-        task = asyncio.get_running_loop().create_task(broker.serve(), name=broker.where)
+        task = get_running_loop().create_task(broker.serve(), name=broker.where)
         self.workers.append((broker, task))
         if tube is not None:
             self._by_tube.setdefault(tube, []).append(broker)
@@ -150,7 +151,7 @@ class Site:
         """The workers, less those retired (which finish a job they may hold, then end)."""
         return [b for b, _ in self.workers if not b.retired]
 
-    def tasks(self) -> list[asyncio.Task[int]]:
+    def tasks(self) -> list[Task[int]]:
         self.prune()
         tasks = [t for _, t in self.workers]
         if self.discovery is not None and self.discovery.task is not None:
@@ -215,7 +216,7 @@ class Pool:
         gate.on_change = self._held
         gate.on_count = self._count
         self.sites = [Site(self, i, h, p) for i, (h, p) in enumerate(config.addresses)]
-        self._wake_timer: asyncio.TimerHandle | None = None
+        self._wake_timer: Timer | None = None
         self._subscribed = False  # the waker is registered for the gate's next change
 
     @property
@@ -248,7 +249,7 @@ class Pool:
             seen.update(dict.fromkeys(site.candidates()))
         return list(seen)
 
-    def tasks(self) -> list[asyncio.Task[int]]:
+    def tasks(self) -> list[Task[int]]:
         return [t for site in self.sites for t in site.tasks()]
 
     def ready(self) -> bool:
@@ -274,13 +275,13 @@ class Pool:
             self._subscribed = True
             gate.subscribe(self._on_gate_change)
         if not math.isinf(due):
-            loop = asyncio.get_running_loop()
+            loop = get_running_loop()
             self._wake_timer = loop.call_later(max(due, 0.001), self._check_wakes)
 
     def _on_gate_change(self) -> None:
         # Called inside the gate's change: look once the change is complete.
         self._subscribed = False
-        asyncio.get_running_loop().call_soon(self._check_wakes)
+        get_running_loop().call_soon(self._check_wakes)
 
     def _wake_one(self, site: Site, tube: str) -> None:
         for broker in site.brokers():

@@ -8,10 +8,12 @@ one small bridge thread hands them to the loop as its switches (the only thread 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from cmdstalk_py.loop import tools
+from cmdstalk_py.loop.core import get_running_loop
 
 if TYPE_CHECKING:
     from cmdstalk_py.supervisor.broker import Broker
@@ -29,7 +31,7 @@ def serve_standalone(
 ) -> list[int]:
     """Each broker's job count once all have ended. ``max_jobs``: one bound for all, or
     one per broker."""
-    return asyncio.run(_serve(brokers, stop, max_jobs, idle_timeout, kill_now))
+    return tools.run(_serve(brokers, stop, max_jobs, idle_timeout, kill_now))
 
 
 async def _serve(
@@ -39,7 +41,7 @@ async def _serve(
     idle_timeout: float | None,
     kill_now: threading.Event | None,
 ) -> list[int]:
-    loop = asyncio.get_running_loop()
+    loop = get_running_loop()
     over = threading.Event()
 
     def set_stop() -> None:
@@ -73,7 +75,7 @@ async def _serve(
             )
             for b, n in zip(brokers, limits, strict=True)
         ]
-        return list(await asyncio.gather(*runs))
+        return list(await tools.gather(*runs))
     finally:
         over.set()
         if thread is not None:

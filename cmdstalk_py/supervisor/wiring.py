@@ -9,7 +9,6 @@ extra installed, become click usage errors (exit 2) before anything starts.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import importlib.util
@@ -30,7 +29,6 @@ from cmdstalk_py.process import cgroup, set_child_subreaper, start_sentinel
 from cmdstalk_py.supervisor.config import Config
 from cmdstalk_py.supervisor.extras import Extras
 from cmdstalk_py.supervisor.lifecycle import Supervisor
-from cmdstalk_py.supervisor.looptime import new_loop
 
 log = logging.getLogger("cmdstalk")
 
@@ -71,8 +69,6 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             reap_orphans=reap,
         )  # fmt: skip
         exporter = None
-        # The supervisor's one event loop, made now: the dashboard serves on it too.
-        loop = new_loop()
 
         # The metrics' queue gauges (label ``server``) and the dashboard follow it.
         served = supervisor.dispatcher.servers
@@ -87,7 +83,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
                 raise click.BadParameter(str(e), param_hint="--metrics") from None
             observers.add(exporter)
         if extras.http is not None:
-            _start_dashboard(served, extras, supervisor, observers, exporter, loop)
+            _start_dashboard(served, extras, supervisor, observers, exporter)
         # After the other observers: it removes NOTIFY_SOCKET from the environment that
         # job commands inherit. Outside systemd it would only count jobs for nobody.
         notifier = SystemdNotifier()
@@ -100,7 +96,7 @@ def run_supervisor(configs: Config | Sequence[Config], extras: Extras) -> int:
             for pool in pools:
                 log.info("pool %s: %s", pool.pool, summary(pool))
         log.info("%s", limits)
-        return supervisor.run(loop=loop)
+        return supervisor.run()
 
 
 def _limits_mechanism(mode: str) -> str:
@@ -130,9 +126,10 @@ def _start_dashboard(
     supervisor: Supervisor,
     observers: Observers,
     exporter: Any,
-    loop: asyncio.AbstractEventLoop,
 ) -> None:
-    """``--http``: the dashboard (imported only now) on the supervisor's loop, with
+    """``--http``: the dashboard (imported only now) on its own asyncio loop in its own
+    thread (the supervisor's loop is not asyncio's; what the dashboard reads is guarded by
+    the board's lock, and a stop it asks for goes through ``request_stop``), with
     ``/metrics`` when prometheus-client is installed (the ``--metrics`` exporter's, or one
     of its own)."""
     assert extras.http is not None
@@ -158,7 +155,6 @@ def _start_dashboard(
             extras.http, board, served, supervisor.dispatcher.tubes,
             supervisor.request_stop, extras.http_token, connections,
             exporter.render if exporter is not None else None, extras.http_allow_host,
-            loop=loop,
         )  # fmt: skip
     except (ValueError, OSError) as e:
         raise click.BadParameter(str(e), param_hint="--http") from None

@@ -10,24 +10,40 @@ same instant.
 
 from __future__ import annotations
 
-import asyncio
 import threading
+from concurrent.futures import Future as ThreadFuture
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cmdstalk_py.loop.core import Loop
 from cmdstalk_py.supervisor.lifecycle import HEARTBEAT_INTERVAL, Supervisor, SupervisorState
 from cmdstalk_py.supervisor.results import Outcome
 from tests.helpers import BeanstalkServer, wait_until
 from tests.supervisor.conftest import Collector, config_for
 
 T0 = 1000.0  # any instant: the lifecycle only compares differences
-_LOOPS: dict[int, asyncio.AbstractEventLoop] = {}
+_LOOPS: dict[int, Loop] = {}
 
 
 def _on_loop(sup: Supervisor, work: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    return asyncio.run_coroutine_threadsafe(work(), _LOOPS[id(sup)]).result(30)
+    """``work()`` as a task of the supervisor's loop (on its thread); its result."""
+    loop, outcome = _LOOPS[id(sup)], ThreadFuture[Any]()
+
+    def begin() -> None:
+        task = loop.create_task(work())
+
+        def settle(done: Any) -> None:
+            try:
+                outcome.set_result(done.result())
+            except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
+                outcome.set_exception(e)
+
+        task.add_done_callback(settle)
+
+    loop.call_soon_threadsafe(begin)
+    return outcome.result(30)
 
 
 def step(sup: Supervisor, now: float) -> bool:
@@ -49,7 +65,7 @@ def stepped(
     """A Supervisor whose main loop is the test: its dispatcher runs, nobody calls run()."""
     collector = Collector()
     sup = Supervisor(config_for(server, cmd, **overrides), collector)
-    loop = asyncio.new_event_loop()
+    loop = Loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     _LOOPS[id(sup)] = loop

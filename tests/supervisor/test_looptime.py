@@ -3,10 +3,11 @@ loop's iterations; ``Alarm`` is a sleep a poke cuts short, never losing the poke
 
 from __future__ import annotations
 
-import asyncio
 import time
 
-from cmdstalk_py.supervisor.looptime import GIVE_WAY_AFTER, Alarm, give_way, new_loop
+from cmdstalk_py.loop import tools
+from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.supervisor.looptime import GIVE_WAY_AFTER, Alarm, give_way, take_lag
 
 JOBS = 40
 WORK = GIVE_WAY_AFTER / 2  # each start holds the loop this long (wall time)
@@ -16,7 +17,7 @@ def _burst(give: bool) -> list[str]:
     """JOBS starts arriving together, each holding the loop for WORK after ``give_way``;
     a ticker marks every iteration of the loop. What happened, in order."""
     order: list[str] = []
-    loop = new_loop()
+    loop = Loop()
 
     async def start() -> None:
         if give:
@@ -33,7 +34,7 @@ def _burst(give: bool) -> list[str]:
 
     async def main() -> None:
         loop.call_soon(tick)
-        await asyncio.gather(*(start() for _ in range(JOBS)))
+        await tools.gather(*(start() for _ in range(JOBS)))
 
     try:
         loop.run_until_complete(main())
@@ -59,25 +60,56 @@ def test_without_give_way_the_burst_is_one_iteration() -> None:
     assert _iterations_within_the_burst(_burst(give=False)) == 0
 
 
-def test_give_way_on_a_loop_it_does_not_time_returns_at_once() -> None:
-    async def main() -> None:
-        await give_way()
+def test_give_way_on_a_fresh_loop_returns_at_once() -> None:
+    async def main() -> int:
+        loop, turns = get_running_loop(), []
 
-    asyncio.run(main())
+        def tick() -> None:
+            turns.append(1)
+            loop.call_soon(tick)
+
+        loop.call_soon(tick)
+        await give_way()
+        return len(turns)
+
+    assert tools.run(main()) <= 1  # not one iteration given away
+
+
+def test_the_loop_lag_is_the_longest_span_between_two_polls() -> None:
+    loop = Loop()
+
+    def hold() -> None:
+        until = time.monotonic() + 0.05
+        while time.monotonic() < until:
+            pass
+
+    async def main() -> float:
+        take_lag(loop)
+        loop.call_soon(hold)
+        await tools.sleep(0.01)
+        return take_lag(loop)
+
+    try:
+        lag = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert lag >= 0.05
+    assert take_lag(loop) == 0.0  # taken: the next look starts afresh
 
 
 def test_an_alarm_poked_before_it_sleeps_ends_the_next_sleep_at_once() -> None:
     async def main() -> list[str]:
         alarm, seen = Alarm(), []
         alarm.poke()
-        await asyncio.wait_for(alarm.sleep(3600), 30)  # the earlier poke ends it
+        async with tools.timeout(30):
+            await alarm.sleep(3600)  # the earlier poke ends it
         seen.append("poked")
-        loop = asyncio.get_running_loop()
-        loop.call_soon(alarm.poke)
-        await asyncio.wait_for(alarm.sleep(3600), 30)  # a poke while it sleeps
+        get_running_loop().call_soon(alarm.poke)
+        async with tools.timeout(30):
+            await alarm.sleep(3600)  # a poke while it sleeps
         seen.append("woken")
         await alarm.sleep(0.01)  # no poke left over: the timer ends it
         seen.append("rang")
         return seen
 
-    assert asyncio.run(main()) == ["poked", "woken", "rang"]
+    assert tools.run(main()) == ["poked", "woken", "rang"]

@@ -46,3 +46,16 @@ def test_server_runs_without_asyncio() -> None:
         "import cmdstalk_py.server.cli, cmdstalk_py.server.run, cmdstalk_py.server.embedded"
     )
     assert "asyncio" not in modules
+
+
+def test_supervisor_runs_without_asyncio() -> None:
+    # The supervisor's workers run on the project's loop (loop/core.py, loop/futures.py):
+    # asyncio's import and its per-wake-up cost are both what it was built to save. The
+    # dashboard (--http) alone still runs on asyncio, in its own thread, imported then.
+    modules = imported_modules(
+        "import cmdstalk_py.supervisor.cli, cmdstalk_py.supervisor.wiring, "
+        "cmdstalk_py.supervisor.lifecycle, cmdstalk_py.supervisor.broker, "
+        "cmdstalk_py.process, cmdstalk_py.client.aio, cmdstalk_py.client.connection, "
+        "cmdstalk_py.spark.drain"
+    )
+    assert "asyncio" not in modules

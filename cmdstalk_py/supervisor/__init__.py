@@ -21,9 +21,9 @@ Modules, from the command line inwards:
 - ``numbers``: the bounds of every numeric option (finite, never absurd), as click types.
 - ``extras``: ``Extras``, the options that wire things around the supervisor.
 - ``wiring``: ``run_supervisor``: logging, observers, ``--embedded``, then the lifecycle.
-- ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED on one asyncio
-  event loop, signals, shutdown, SIGHUP reload, the loop's lag; ``looptime``: the loop's
-  selector timing how long the loop is held.
+- ``lifecycle``: ``Supervisor``: STARTING → RUNNING → DRAINING → STOPPED on one event
+  loop (``cmdstalk_py.loop``, shared with the server), signals, shutdown, SIGHUP reload,
+  the loop's lag; ``looptime``: how long the loop is held, bursts, the main sleep.
 - ``dispatcher``: which pools run (one ``Config`` each) and a reload's switch-over.
 - ``pool``: one pool's workers on each of its servers (``--workers`` shared, or
   ``--per-tube``), a task each on the loop; the waker for limits and rates.

@@ -392,6 +392,25 @@ def test_a_name_is_resolved_and_connects(beanstalk: BeanstalkServer) -> None:
     assert run(by_name) == ["default"]
 
 
+def test_the_socket_sends_small_requests_at_once_and_probes_a_silent_peer(
+    beanstalk: BeanstalkServer,
+) -> None:
+    async def options() -> list[int]:
+        client = await AsyncClient.open(beanstalk.host, beanstalk.port, io_timeout=9)
+        try:
+            sock = client.sock
+            assert sock is not None
+            return [
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),  # no Nagle wait
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            ]
+        finally:
+            client.close()
+
+    assert run(options) == [1, 1, 9]
+
+
 def _ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as sock:
@@ -454,7 +473,10 @@ def test_large_puts_go_out_in_many_writes_whole_and_in_order(big_jobs: Beanstalk
             ids = [await first, await second]
             third = _put(client, medium)
             queued.append(bool(client._unsent))
-            fourth = _put(client, b"behind")  # queued behind the medium one's rest
+            # The server drains some (the loop is held here): the kernel has room again,
+            # yet the next request must wait behind the rest of the medium one.
+            select.select([], [client.sock], [], 10)
+            fourth = _put(client, b"behind")
             ids += [await third, await fourth]
             queued.append(bool(client._unsent))
             return ids, queued

@@ -226,8 +226,9 @@ class AsyncClient:
         self._watchdog = self._loop.call_at(due, self._check_silence)
 
     @property
-    def sock(self) -> socket.socket | None:
-        """The connection's socket (for its options; never read or written past us)."""
+    def sock(self) -> socket.socket:
+        """The connection's socket (for its options; never read or written past us;
+        closed once the client is)."""
         return self._sock
 
     @property

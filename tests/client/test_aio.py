@@ -312,7 +312,7 @@ def test_replies_split_over_many_reads_are_put_together_in_order() -> None:
                     assert not used.done()
                     peer.sendall(stream[i : i + 1])
                     # One byte, one read: the loop takes it before the next is sent.
-                    while _readable(client.sock):  # type: ignore[arg-type]
+                    while _readable(client.sock):
                         await tools.sleep(0)
                 return [(await stats)["name"], await watched, await used, client.in_flight]
 
@@ -399,7 +399,6 @@ def test_the_socket_sends_small_requests_at_once_and_probes_a_silent_peer(
         client = await AsyncClient.open(beanstalk.host, beanstalk.port, io_timeout=9)
         try:
             sock = client.sock
-            assert sock is not None
             return [
                 sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),  # no Nagle wait
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
@@ -466,7 +465,7 @@ def test_large_puts_go_out_in_many_writes_whole_and_in_order(big_jobs: Beanstalk
         client = await AsyncClient.open(big_jobs.host, big_jobs.port)
         try:
             # A small send buffer: the kernel takes a few KiB per write.
-            client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # type: ignore[union-attr]
+            client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
             queued = []
             first, second = _put(client, b"small"), _put(client, big)
             queued.append(bool(client._unsent))
@@ -502,7 +501,7 @@ def test_a_server_that_stops_reading_fails_the_connection_past_the_unsent_bound(
         async def session() -> tuple[BaseException, BaseException]:
             client, peer = await connect_to(listener)
             with peer:
-                client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # type: ignore[union-attr]
+                client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
                 stuck = _put(client, b"x" * (2 * MAX_UNSENT))  # the peer reads nothing
                 assert len(client._unsent) > MAX_UNSENT
                 refused = client.tubes()

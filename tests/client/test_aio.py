@@ -8,6 +8,7 @@ the test writes to) for each way a connection breaks.
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import subprocess
@@ -624,7 +625,7 @@ def test_a_reconnect_restores_use_and_watch() -> None:
 
 
 HEAL_ON_OUR_LOOP = """
-import socket, sys
+import json, socket, sys
 from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Stopped
 from cmdstalk_py.loop import tools
 
@@ -645,7 +646,7 @@ with socket.socket() as unused:  # bound, not listening: every attempt is refuse
         tools.run(connection.client())
     except Stopped:
         print("stopped")
-print(Stop.errors)
+print(json.dumps(Stop.errors))
 print("asyncio" in sys.modules)
 """
 
@@ -659,7 +660,7 @@ def test_reconnecting_backs_off_on_our_loop_without_importing_asyncio() -> None:
     assert done.returncode == 0, done.stderr
     stopped, errors, imported = done.stdout.splitlines()
     assert stopped == "stopped"
-    seen = eval(errors)  # a list of (name, delay) printed by the child
+    seen = json.loads(errors)  # (the error's class, the delay before the next attempt)
     assert [name for name, _ in seen] == ["ConnectionRefusedError"] * 3
     assert seen[0][1] == 0.0 and all(0 < delay <= 0.2 for _, delay in seen[1:])
     assert imported == "False"

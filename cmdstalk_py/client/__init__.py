@@ -12,8 +12,9 @@ Modules:
 - ``pipeline``: ``Client``, a small blocking client whose raw reads and writes serve
   callers that pipeline many commands (the Spark putter and dead-letter export);
 - ``framing``: sans-IO reply framing (bytes in, whole replies out, every read bounded);
-- ``aio``: ``AsyncClient``, a connection on the asyncio loop whose commands return
-  futures (pipelined when several are sent before one is awaited): the supervisor's;
+- ``aio``: ``AsyncClient``, a connection on the project's event loop
+  (``cmdstalk_py.loop``) whose commands return futures (pipelined when several are sent
+  before one is awaited): the supervisor's;
 - ``outage``: ``OutageReporter``, one warning (with a hint) per server outage, shared by
   every connection to that server;
 - ``connection``: ``HealingConnection``, an ``AsyncClient`` that reconnects with backoff

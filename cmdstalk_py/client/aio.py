@@ -1,13 +1,19 @@
-"""``AsyncClient``: one beanstalkd connection on the running asyncio loop.
+"""``AsyncClient``: one beanstalkd connection on the running ``cmdstalk_py.loop`` loop.
 
 Each command method sends its request at once and returns a future of its reply (it is
 not a coroutine): calling several before awaiting any pipelines them, and beanstalkd
 answers in order (a job's ``delete`` and the next ``reserve`` go out together; the
 ``delete``'s reply is read first). Replies are framed by ``framing.ReplyFramer`` and
 interpreted by the pure parsers of ``replies``; an error word raises its class from
-``errors.ERROR_REPLIES``. Whatever breaks the connection (end of stream, a reply out of
-step, a silent server) fails every request in flight with a ``CONNECTION_ERRORS`` member,
-and the client is closed: the server takes back any job reserved on it.
+``errors.ERROR_REPLIES``. Whatever breaks the connection (end of stream, a reset, a reply
+out of step, a silent server, a server that stops reading) fails every request in flight
+with a ``CONNECTION_ERRORS`` member, and the client is closed: the server takes back any
+job reserved on it.
+
+The client owns its non-blocking socket, watched by the loop's epoll set (no transport
+in between: a reply costs one ``recv_into`` into a buffer shared by the thread's
+connections). A request is sent at once; what the kernel does not take is kept, in
+order, and sent as the socket drains, up to ``MAX_UNSENT`` bytes waiting behind it.
 
 A silent server: a request other than a plain ``reserve`` must see its reply begin within
 ``io_timeout`` seconds (``reserve-with-timeout T``: T more; ``touch(..., within=)``: less),
@@ -19,85 +25,124 @@ TCP keepalive.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import errno
+import os
+import select
 import socket
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cmdstalk_py.client.errors import ConnectionLost, UnexpectedReply, error_for
 from cmdstalk_py.client.framing import Reply, ReplyFramer
 from cmdstalk_py.client.names import tube_bytes
 from cmdstalk_py.client.pipeline import Job
 from cmdstalk_py.client.replies import parse_int, parse_list, parse_reply, parse_stats
+from cmdstalk_py.loop.core import get_running_loop
+from cmdstalk_py.loop.tools import Event, timeout
 
 if TYPE_CHECKING:
     from greenstalk import StatsJob, StatsTube
+
+    from cmdstalk_py.loop.core import Loop, Timer
+    from cmdstalk_py.loop.futures import Future
 
 T = TypeVar("T")
 #: Bytes received at most per read (a stats reply is a few hundred; a job body may be
 #: larger, and comes in several reads).
 RECV_SIZE = 65536
+#: Request bytes that may wait for the socket to drain before another request is
+#: refused (and the connection failed): the supervisor's requests are a few dozen bytes
+#: each, so a backlog this large means the server stopped reading. One request larger
+#: than this is still taken whole when nothing waits ahead of it.
+MAX_UNSENT = 1 << 20
 Parse = Callable[[Reply], Any]
+
+_IN = select.EPOLLIN
+_IN_OUT = select.EPOLLIN | select.EPOLLOUT
+# A hang-up or an error is met by reading: recv gives the end of stream or raises it.
+_READ_EVENTS = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
 
 
 class _Pending:
     __slots__ = ("future", "limit", "parse", "sent")
 
-    def __init__(
-        self, future: asyncio.Future[Any], parse: Parse, limit: float | None, sent: float
-    ) -> None:
+    def __init__(self, future: Future[Any], parse: Parse, limit: float | None, sent: float) -> None:
         self.future = future
         self.parse = parse
         self.limit = limit  # seconds the reply may take to begin (None: no bound)
         self.sent = sent
 
 
-class AsyncClient(asyncio.BufferedProtocol):
-    """A connection's requests and replies; ``open`` makes a connected one."""
+class AsyncClient:
+    """A connection's requests and replies; ``open`` makes a connected one.
 
-    def __init__(self, io_timeout: float = 30.0) -> None:
+    ``sock``: a connected socket, made non-blocking here and watched by the running loop
+    from now on (the client closes it)."""
+
+    def __init__(self, sock: socket.socket, io_timeout: float = 30.0) -> None:
         self.io_timeout = io_timeout
-        self.loop = self._loop = asyncio.get_running_loop()
-        self._transport: asyncio.Transport | None = None
+        self.loop: Loop = get_running_loop()
+        self._loop = self.loop
+        sock.setblocking(False)
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._open = True
         self._framer = ReplyFramer()
-        # Replies are received into one reused buffer (``BufferedProtocol``), not a fresh
-        # 256 KiB bytes object per receive as a plain Protocol's transport makes; one per
-        # thread (its loop), shared by every connection on it: each receive is framed
-        # (copied out) before the next begins, and a thousand idle workers must not hold
-        # a thousand buffers.
+        # Replies are received into one reused buffer, not a fresh bytes object per
+        # receive; one per thread (its loop), shared by every connection on it: each
+        # receive is framed (copied out) before the next begins, and a thousand idle
+        # workers must not hold a thousand buffers.
         self._rx_view = _receive_buffer()
+        self._unsent = bytearray()  # request bytes the kernel has not taken yet, in order
         self._pending: deque[_Pending] = deque()
-        self._last_rx = 0.0
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._last_rx = self._loop.time()
+        self._watchdog: Timer | None = None
         self._watchdog_due = 0.0
         self._error: BaseException | None = None
-        self.closed = asyncio.Event()
+        self.closed = Event()
+        _keepalive(sock, io_timeout)
+        with contextlib.suppress(OSError):  # a small request must not wait for Nagle
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._loop.watch(self._fd, _IN, self._on_events)
 
     @classmethod
     async def open(cls, host: str, port: int, io_timeout: float = 30.0) -> AsyncClient:
         """A client connected to ``host:port`` within ``io_timeout`` seconds (``OSError``
-        or ``TimeoutError`` otherwise; the name is resolved off the loop by asyncio)."""
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(io_timeout):
-            _, client = await loop.create_connection(lambda: cls(io_timeout), host, port)
-        return client
+        or ``TimeoutError`` otherwise). A name is resolved in the loop's executor (a
+        numeric address at once); its addresses are tried in turn."""
+        async with timeout(io_timeout):
+            sock = await _connect(host, port)
+        try:
+            return cls(sock, io_timeout)
+        except BaseException:
+            sock.close()
+            raise
 
-    # -- asyncio.Protocol ---------------------------------------------------------------
+    # -- the socket ---------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        self._last_rx = self._loop.time()
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            _keepalive(sock, self.io_timeout)
+    def _on_events(self, events: int) -> None:
+        if events & _READ_EVENTS:
+            self._read()
+        if events & select.EPOLLOUT and self._open:
+            self._flush()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._rx_view
+    def _read(self) -> None:
+        try:
+            nbytes = self._sock.recv_into(self._rx_view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:  # a reset, or the error a hang-up left
+            self._fail(e)
+            return
+        if nbytes == 0:
+            self._fail(ConnectionLost("Unexpected EOF"))
+            return
+        self._received(nbytes)
 
-    def buffer_updated(self, nbytes: int) -> None:
+    def _received(self, nbytes: int) -> None:
         self._last_rx = self._loop.time()
         try:
             replies = self._framer.feed(self._rx_view[:nbytes])
@@ -124,21 +169,51 @@ class AsyncClient(asyncio.BufferedProtocol):
             self._watchdog.cancel()
             self._watchdog = None
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(exc or ConnectionLost("Unexpected EOF"))
+    def _write(self, data: bytes) -> None:
+        if self._unsent:  # behind bytes still waiting: in order, after them
+            if len(self._unsent) > MAX_UNSENT:
+                unsent = len(self._unsent)
+                self._fail(ConnectionLost(f"the server reads no requests ({unsent} bytes unsent)"))
+                return
+            self._unsent += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as e:
+            self._fail(e)
+            return
+        if sent < len(data):
+            self._unsent += memoryview(data)[sent:]
+            self._loop.modify(self._fd, _IN_OUT)  # until it is drained (_flush)
+
+    def _flush(self) -> None:
+        try:
+            sent = self._sock.send(self._unsent)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._fail(e)
+            return
+        del self._unsent[:sent]
+        if not self._unsent:
+            self._loop.modify(self._fd, _IN)
 
     # -- requests -----------------------------------------------------------------------
 
-    def request(self, data: bytes, parse: Parse, limit: float | None) -> asyncio.Future[Any]:
+    def request(self, data: bytes, parse: Parse, limit: float | None) -> Future[Any]:
         """Send ``data`` (one whole request) and return the future of its parsed reply."""
-        future: asyncio.Future[Any] = self._loop.create_future()
-        if self._error is not None or self._transport is None:
+        future: Future[Any] = self._loop.create_future()
+        if self._error is not None or not self._open:
             future.set_exception(self._lost())
-            future.exception()  # as in _fail: the awaiting caller still gets it
             return future
-        self._transport.write(data)
         now = self._loop.time()
+        # Pending before it is written: a write that breaks the connection fails it too.
         self._pending.append(_Pending(future, parse, limit, now))
+        self._write(data)
+        if self._error is not None:
+            return future
         if limit is not None and (self._watchdog is None or now + limit < self._watchdog_due):
             # A bound shorter than the one watched (a touch before a kill point) re-arms.
             self._arm(now + limit)
@@ -151,12 +226,10 @@ class AsyncClient(asyncio.BufferedProtocol):
         self._watchdog = self._loop.call_at(due, self._check_silence)
 
     @property
-    def sock(self) -> socket.socket | None:
-        """The connection's socket (for its options; never read or written past us)."""
-        if self._transport is None:
-            return None
-        sock: socket.socket | None = self._transport.get_extra_info("socket")
-        return sock
+    def sock(self) -> socket.socket:
+        """The connection's socket (for its options; never read or written past us;
+        closed once the client is)."""
+        return self._sock
 
     @property
     def in_flight(self) -> int:
@@ -196,12 +269,13 @@ class AsyncClient(asyncio.BufferedProtocol):
         for item in pending:
             if not item.future.done():
                 item.future.set_exception(self._lost())
-                # Retrieved here: a request whose reply nobody awaits any more (the rest
-                # of a pipelined batch) must not log "exception never retrieved"; whoever
-                # awaits it still gets the error.
-                item.future.exception()
-        if self._transport is not None:
-            self._transport.abort()
+        if self._open:
+            # Closed at once: unsent requests are dropped, and the server sees the
+            # connection end (and takes back a job reserved on it).
+            self._open = False
+            self._loop.unwatch(self._fd)
+            self._sock.close()
+            self._unsent.clear()
         self.closed.set()
 
     def close(self) -> None:
@@ -210,45 +284,45 @@ class AsyncClient(asyncio.BufferedProtocol):
 
     # -- commands -----------------------------------------------------------------------
 
-    def _simple(self, data: bytes, expected: bytes, arity: int = 0) -> asyncio.Future[Any]:
+    def _simple(self, data: bytes, expected: bytes, arity: int = 0) -> Future[Any]:
         return self.request(
             data, lambda r: parse_reply(r.line, expected, arity), self.io_timeout
         )
 
-    def _count(self, data: bytes, expected: bytes) -> asyncio.Future[int]:
+    def _count(self, data: bytes, expected: bytes) -> Future[int]:
         return self.request(
             data, lambda r: parse_int(parse_reply(r.line, expected, 1)[0]), self.io_timeout
         )
 
-    def _block(self, data: bytes) -> asyncio.Future[bytes]:
+    def _block(self, data: bytes) -> Future[bytes]:
         return self.request(data, _block_of, self.io_timeout)
 
-    def use(self, tube: str) -> asyncio.Future[Any]:
+    def use(self, tube: str) -> Future[Any]:
         return self._simple(b"use %s\r\n" % tube_bytes(tube), b"USING", 1)
 
-    def watch(self, tube: str) -> asyncio.Future[int]:
+    def watch(self, tube: str) -> Future[int]:
         return self._count(b"watch %s\r\n" % tube_bytes(tube), b"WATCHING")
 
-    def ignore(self, tube: str) -> asyncio.Future[int]:
+    def ignore(self, tube: str) -> Future[int]:
         return self._count(b"ignore %s\r\n" % tube_bytes(tube), b"WATCHING")
 
-    def reserve(self, timeout: int | None = None) -> asyncio.Future[Job]:
+    def reserve(self, timeout: int | None = None) -> Future[Job]:
         """The next job (``TimedOut``, ``DeadlineSoon``); ``None``: a plain ``reserve``."""
         if timeout is None:
             return self.request(b"reserve\r\n", _job_of, None)
         data = b"reserve-with-timeout %d\r\n" % timeout
         return self.request(data, _job_of, timeout + self.io_timeout)
 
-    def delete(self, job_id: int) -> asyncio.Future[Any]:
+    def delete(self, job_id: int) -> Future[Any]:
         return self._simple(b"delete %d\r\n" % job_id, b"DELETED")
 
-    def release(self, job_id: int, priority: int, delay: int = 0) -> asyncio.Future[Any]:
+    def release(self, job_id: int, priority: int, delay: int = 0) -> Future[Any]:
         return self._simple(b"release %d %d %d\r\n" % (job_id, priority, delay), b"RELEASED")
 
-    def bury(self, job_id: int, priority: int) -> asyncio.Future[Any]:
+    def bury(self, job_id: int, priority: int) -> Future[Any]:
         return self._simple(b"bury %d %d\r\n" % (job_id, priority), b"BURIED")
 
-    def touch(self, job_id: int, within: float | None = None) -> asyncio.Future[Any]:
+    def touch(self, job_id: int, within: float | None = None) -> Future[Any]:
         """Restart a held job's TTR (``NotFound`` when no longer ours); ``within``: the
         reply must begin that soon (a touch must not outlast the command's kill point)."""
         limit = self.io_timeout if within is None else max(min(within, self.io_timeout), 0.001)
@@ -256,20 +330,20 @@ class AsyncClient(asyncio.BufferedProtocol):
             b"touch %d\r\n" % job_id, lambda r: parse_reply(r.line, b"TOUCHED", 0), limit
         )
 
-    def stats_job(self, job_id: int) -> asyncio.Future[StatsJob]:
+    def stats_job(self, job_id: int) -> Future[StatsJob]:
         return self.request(
             b"stats-job %d\r\n" % job_id, lambda r: parse_stats(_block_of(r)), self.io_timeout
         )
 
-    def stats_tube(self, tube: str) -> asyncio.Future[StatsTube]:
+    def stats_tube(self, tube: str) -> Future[StatsTube]:
         data = b"stats-tube %s\r\n" % tube_bytes(tube)
         return self.request(data, lambda r: parse_stats(_block_of(r)), self.io_timeout)
 
-    def tubes(self) -> asyncio.Future[list[str]]:
+    def tubes(self) -> Future[list[str]]:
         """Every tube on the server (``list-tubes``)."""
         return self.request(b"list-tubes\r\n", lambda r: parse_list(_block_of(r)), self.io_timeout)
 
-    def tubes_listed(self) -> asyncio.Future[bytes]:
+    def tubes_listed(self) -> Future[bytes]:
         """``list-tubes``' reply as it came (``replies.parse_list`` reads it): a poller
         that sees the same bytes as last time need not parse them again."""
         return self.request(b"list-tubes\r\n", _block_of, self.io_timeout)
@@ -283,6 +357,72 @@ def _receive_buffer() -> memoryview:
     if view is None:
         view = _BUFFERS.view = memoryview(bytearray(RECV_SIZE))
     return view
+
+
+async def _connect(host: str, port: int) -> socket.socket:
+    """A connected non-blocking socket to the first of ``host``'s addresses that
+    accepts (as asyncio's ``create_connection``: each in turn; every one refused: its
+    error, or all of theirs in one ``OSError``)."""
+    errors: list[OSError] = []
+    for family, kind, proto, _, address in await _addresses(host, port):
+        sock = socket.socket(family, kind | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC, proto)
+        try:
+            await _connect_one(sock, address)
+        except OSError as e:
+            sock.close()
+            errors.append(e)
+            continue
+        except BaseException:  # a timeout or a cancellation: this socket goes too
+            sock.close()
+            raise
+        return sock
+    if len({str(e) for e in errors}) == 1:
+        raise errors[0]
+    raise OSError(f"Multiple exceptions: {', '.join(str(e) for e in errors)}")
+
+
+async def _addresses(host: str, port: int) -> list[Any]:
+    """``getaddrinfo``'s stream addresses of ``host``: a numeric address (IPv4 or IPv6)
+    at once; a name in the loop's executor, since resolving it may block for seconds."""
+    try:
+        return socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )
+    except socket.gaierror:
+        pass  # a name
+    try:
+        infos: list[Any] = await get_running_loop().run_in_executor(
+            None, socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM
+        )
+    except socket.gaierror as e:  # its own message does not say which name
+        raise socket.gaierror(e.errno, f"cannot resolve {host!r}: {e.strerror}") from None
+    if not infos:
+        raise OSError(f"getaddrinfo() returned an empty list for {host!r}")
+    return infos
+
+
+async def _connect_one(sock: socket.socket, address: Any) -> None:
+    code = sock.connect_ex(address)
+    if code == 0:
+        return
+    if code not in (errno.EINPROGRESS, errno.EAGAIN, errno.EINTR):
+        raise OSError(code, os.strerror(code))
+    loop = get_running_loop()
+    writable: Future[None] = loop.create_future()
+
+    def on_writable(_events: int) -> None:
+        if not writable.done():
+            writable.set_result(None)
+
+    fd = sock.fileno()
+    loop.watch(fd, select.EPOLLOUT, on_writable)
+    try:
+        await writable
+    finally:
+        loop.unwatch(fd)
+    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if code != 0:
+        raise OSError(code, f"Connect call failed {address}")
 
 
 def _job_of(reply: Reply) -> Job:

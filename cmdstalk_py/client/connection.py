@@ -1,31 +1,40 @@
 """One beanstalkd connection that heals itself: reconnect with tenacity, restore use/watch.
 
-Every worker and every discovery owns one, on the supervisor's event loop. ``client()``
-hands out a connected ``aio.AsyncClient``, (re)connecting first when needed: exponential
-backoff with jitter, capped, until it works or ``stop()`` is called (then ``Stopped``;
-``stop()`` cuts a back-off or a connect attempt short). Failures and recoveries are
-reported through an ``OutageReporter`` the owner may share between all its connections to
-one server, so an outage is one warning, not one per connection per attempt. Callers
-report a broken connection with ``drop()``; the next ``client()`` connects afresh.
+Every worker and every discovery owns one, on the supervisor's event loop
+(``cmdstalk_py.loop``). ``client()`` hands out a connected ``aio.AsyncClient``,
+(re)connecting first when needed: exponential backoff with jitter, capped, until it works
+or ``stop()`` is called (then ``Stopped``; ``stop()`` cuts a back-off or a connect attempt
+short). Failures and recoveries are reported through an ``OutageReporter`` the owner may
+share between all its connections to one server, so an outage is one warning, not one per
+connection per attempt. Callers report a broken connection with ``drop()``; the next
+``client()`` connects afresh.
 Connection errors never escape ``client()`` as anything but ``Stopped``.
+
+tenacity's ``AsyncRetrying`` drives the retries on our loop: given its ``sleep`` (ours),
+it awaits nothing else and never imports asyncio. It is imported at the first failed
+connect: a supervisor whose server is up never pays for its import.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import weakref
 from collections.abc import Sequence
-
-import tenacity
+from typing import TYPE_CHECKING
 
 from cmdstalk_py.client.aio import AsyncClient
 from cmdstalk_py.client.errors import CONNECTION_ERRORS
 from cmdstalk_py.client.names import format_address
 from cmdstalk_py.client.outage import OutageReporter
 from cmdstalk_py.client.pipeline import DEFAULT_TUBE
+from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.loop.futures import CancelledError, Future, current_task, ensure_future
+from cmdstalk_py.loop.tools import Event, Semaphore, timeout
 from cmdstalk_py.ops.observers import Observer
+
+if TYPE_CHECKING:
+    import tenacity
 
 __all__ = ["CONNECTION_ERRORS", "HealingConnection", "OutageReporter", "Stopped"]
 
@@ -33,16 +42,14 @@ __all__ = ["CONNECTION_ERRORS", "HealingConnection", "OutageReporter", "Stopped"
 #: connecting together overflow a server's listen backlog, and a dropped SYN waits a
 #: second for its retry: taken in turns, they are all up sooner.
 MAX_CONNECTING = 128
-_CONNECTING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
+_CONNECTING: weakref.WeakKeyDictionary[Loop, Semaphore] = weakref.WeakKeyDictionary()
 
 
-def _connecting() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
+def _connecting() -> Semaphore:
+    loop = get_running_loop()
     slots = _CONNECTING.get(loop)
     if slots is None:
-        slots = _CONNECTING[loop] = asyncio.Semaphore(MAX_CONNECTING)
+        slots = _CONNECTING[loop] = Semaphore(MAX_CONNECTING)
     return slots
 
 
@@ -88,8 +95,8 @@ class HealingConnection:
         self._ever_connected = False
         self._planned = False  # the last drop was ours (a new watch set), not a failure
         self._stopped = False
-        self._attempt: asyncio.Future[AsyncClient] | None = None
-        self._wakeup: asyncio.Event | None = None  # set by stop(): ends a back-off sleep
+        self._attempt: Future[AsyncClient] | None = None
+        self._wakeup: Event | None = None  # set by stop(): ends a back-off sleep
 
     @property
     def connected(self) -> bool:
@@ -117,7 +124,7 @@ class HealingConnection:
         """The connected client, connecting (with retries) first if needed; or ``Stopped``."""
         current = self._client
         if current is not None:
-            if current.loop is asyncio.get_running_loop():
+            if current.loop is get_running_loop():
                 return current
             self.drop(planned=True)  # made on another loop (a standalone broker run again)
         try:
@@ -135,6 +142,8 @@ class HealingConnection:
 
     async def _retry(self) -> AsyncClient:
         """Connect with backoff (tenacity) until it works or ``stop()``."""
+        import tenacity  # here: start-up time (module docstring)
+
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(CONNECTION_ERRORS),
             wait=tenacity.wait_exponential_jitter(multiplier=0.1, max=self._max_wait, jitter=0.2),
@@ -150,10 +159,10 @@ class HealingConnection:
         return client
 
     async def _sleep(self, seconds: float) -> None:
-        self._wakeup = wakeup = asyncio.Event()
+        self._wakeup = wakeup = Event()
         try:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
+                async with timeout(seconds):
                     await wakeup.wait()  # stop() cuts the back-off short
         finally:
             self._wakeup = None
@@ -161,11 +170,11 @@ class HealingConnection:
     async def _connect(self) -> AsyncClient:
         if self._stopped:
             raise Stopped("stopping")
-        self._attempt = asyncio.ensure_future(self._open())
+        self._attempt = ensure_future(self._open())
         try:
             return await self._attempt
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
+        except CancelledError:
+            task = current_task()
             if self._stopped and (task is None or not task.cancelling()):
                 raise Stopped("stopping") from None
             raise

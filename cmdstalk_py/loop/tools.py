@@ -176,26 +176,26 @@ async def wait(
 
 async def gather(*awaitables: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
     """Every awaitable's result, in order. The first exception is raised at once (the
-    others go on) unless ``return_exceptions``; cancelling the gatherer cancels them all."""
+    others go on) unless ``return_exceptions``; cancelling the gatherer cancels them all,
+    and it raises ``CancelledError`` once they have ended."""
     loop = get_running_loop()
     children = [ensure_future(a, loop) for a in awaitables]
-    if not children:
-        return []
-    try:
-        if return_exceptions:
+    return_when = ALL_COMPLETED if return_exceptions else FIRST_COMPLETED
+    pending = set(children)
+    while pending:  # only the pending ones: a done one would end every wait at once
+        try:
+            done, pending = await wait(pending, return_when=return_when)
+        except CancelledError:
+            for f in children:
+                f.cancel()
+            # As asyncio's: the gatherer ends once its children have (their cleanup ran),
+            # so whoever awaited it never outlives them.
             await wait(children)
-        else:
-            while True:
-                done, pending = await wait(children, return_when=FIRST_COMPLETED)
-                for f in done:
-                    if f.cancelled() or f.exception() is not None:
-                        f.result()  # raises it
-                if not pending:
-                    break
-    except CancelledError:
-        for f in children:
-            f.cancel()
-        raise
+            raise
+        if not return_exceptions:
+            for f in children:
+                if f in done and (f.cancelled() or f.exception() is not None):
+                    f.result()  # raises it (a child's cancellation: not the others')
     results: list[Any] = []
     for f in children:
         if f.cancelled():

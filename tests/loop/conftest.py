@@ -1,6 +1,6 @@
 """What the tests of the coroutine kernel (futures, tools) share: a loop closed after each
-test, and ``drive``, which runs a coroutine (or waits for a future) on it with a backstop, so a wake-up that never
-comes fails the test instead of hanging it."""
+test, and ``drive``, which runs a coroutine (or waits for a future) on it with a backstop,
+so a wake-up that never comes fails the test instead of hanging it."""
 
 from __future__ import annotations
 

@@ -266,10 +266,8 @@ def test_uncancel_takes_requests_back(loop: Loop) -> None:
         me.cancel()
         me.cancel()
         assert me.cancelling() == 2
-        try:
+        with pytest.raises(CancelledError):
             await tools.sleep(0)
-        except CancelledError:
-            pass
         assert me.uncancel() == 1
         assert me.uncancel() == 0
 

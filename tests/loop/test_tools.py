@@ -452,6 +452,7 @@ def test_a_cancelled_event_waiter_leaves_the_others_waiting(loop: Loop) -> None:
         gone.cancel()
         await tools.wait([gone])
         assert gone.cancelled() and not stays.done()
+        assert len(event._waiters) == 1  # the cancelled wait left nothing behind
         event.set()
         assert await stays is True
 

@@ -36,6 +36,8 @@ __all__ = [
     "ensure_future",
     "get_running_loop",
     "set_running_loop",
+    "track_tasks",
+    "untrack_tasks",
     "wrap_concurrent",
 ]
 
@@ -159,7 +161,7 @@ class Future(Generic[T]):
 class Task(Future[T]):
     """A coroutine run by the loop, one step per wake-up; a future of its return value."""
 
-    __slots__ = ("_cancel_requests", "_coro", "_must_cancel", "_name", "_waiter")
+    __slots__ = ("_cancel_requests", "_coro", "_must_cancel", "_name", "_unfinished", "_waiter")
 
     def __init__(
         self, coro: Coroutine[Any, Any, T], loop: Loop, name: str | None = None
@@ -170,6 +172,9 @@ class Task(Future[T]):
         self._waiter: Future[Any] | None = None
         self._must_cancel = False
         self._cancel_requests = 0
+        self._unfinished = unfinished = _tracked.get(id(loop))
+        if unfinished is not None:
+            unfinished.add(self)
         loop.call_soon(self._step, None)
 
     def get_name(self) -> str:
@@ -200,6 +205,11 @@ class Task(Future[T]):
         if self._cancel_requests > 0:
             self._cancel_requests -= 1
         return self._cancel_requests
+
+    def _schedule_callbacks(self) -> None:
+        if self._unfinished is not None:  # every way a task ends comes here
+            self._unfinished.discard(self)
+        Future._schedule_callbacks(self)
 
     def _wakeup(self, _waiter: Future[Any]) -> None:
         self._step(None)
@@ -252,6 +262,24 @@ class Task(Future[T]):
     def __repr__(self) -> str:
         state = ("pending", "finished", "cancelled")[self._state]
         return f"<Task {self.get_name()} {state}>"
+
+
+# The unfinished tasks of the tracked loops, by the loop's id. ``tools.run`` tracks its
+# loop while it runs, to cancel what its coroutine left running and let it end, as
+# asyncio.run does. Other loops keep no list: a task pending when its loop is dropped
+# would stay referenced, and with it whatever its coroutine holds (sockets...).
+_tracked: dict[int, set[Task[Any]]] = {}
+
+
+def track_tasks(loop: Loop) -> set[Task[Any]]:
+    """The tasks of ``loop`` started from now on and not done yet: a set kept up to date
+    until ``untrack_tasks``."""
+    return _tracked.setdefault(id(loop), set())
+
+
+def untrack_tasks(loop: Loop) -> None:
+    """Stop keeping ``loop``'s set (before the loop is dropped: its id can be reused)."""
+    _tracked.pop(id(loop), None)
 
 
 def current_task() -> Task[Any] | None:

@@ -11,7 +11,15 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cmdstalk_py.loop.core import Loop, get_running_loop
-from cmdstalk_py.loop.futures import CancelledError, Future, Task, current_task, ensure_future
+from cmdstalk_py.loop.futures import (
+    CancelledError,
+    Future,
+    Task,
+    current_task,
+    ensure_future,
+    track_tasks,
+    untrack_tasks,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
@@ -317,12 +325,25 @@ class Semaphore:
 
 
 def run(coro: Coroutine[Any, Any, T], loop: Loop | None = None) -> T:
-    """Run ``coro`` on ``loop`` (None: a new loop, closed after) until it returns."""
-    own = loop is None
-    if loop is None:
-        loop = Loop()
+    """Run ``coro`` on ``loop`` (None: a new loop, closed after) until it returns. On a
+    new loop, the tasks it left running are cancelled and run to their end before the
+    loop closes (asyncio.run's semantics: their cleanup runs, whatever ``coro`` did)."""
+    if loop is not None:
+        return loop.run_until_complete(coro)
+    loop = Loop()
+    unfinished = track_tasks(loop)
     try:
         return loop.run_until_complete(coro)
     finally:
-        if own:
+        try:
+            _end(loop, set(unfinished))
+        finally:
+            untrack_tasks(loop)
             loop.close()
+
+
+def _end(loop: Loop, left: set[Task[Any]]) -> None:
+    if left:
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(gather(*left, return_exceptions=True))

@@ -20,6 +20,8 @@ from cmdstalk_py.loop.futures import (
     Task,
     current_task,
     ensure_future,
+    track_tasks,
+    untrack_tasks,
 )
 from tests.loop.conftest import drive
 
@@ -402,3 +404,34 @@ def test_awaiting_something_that_is_not_a_future_raises_in_the_task(loop: Loop) 
         return "no error"
 
     assert "cannot wait for" in drive(loop, main())
+
+
+def test_a_tracked_loop_knows_its_unfinished_tasks(loop: Loop) -> None:
+    async def waits(f: Future[int]) -> int:
+        return await f
+
+    untracked = loop.create_task(waits(Future(loop)))
+    unfinished = track_tasks(loop)
+    try:
+        f: Future[int] = Future(loop)
+        g: Future[int] = Future(loop)
+        pending = loop.create_task(waits(f))
+        never_stepped = loop.create_task(waits(f))
+        failing = loop.create_task(waits(g))
+        assert unfinished == {pending, never_stepped, failing}
+        never_stepped.cancel()
+        loop.run_once(block=False)
+        assert unfinished == {pending, failing}
+        g.set_exception(ValueError())
+        f.set_result(1)
+        drive(loop, pending)
+        assert failing.done()
+        assert unfinished == set()
+        assert not untracked.done()  # started before: never listed
+    finally:
+        untrack_tasks(loop)
+    after = loop.create_task(waits(Future(loop)))
+    assert after not in track_tasks(loop)
+    untrack_tasks(loop)
+    after.cancel()
+    loop.run_once(block=False)  # its coroutine is closed, not left never awaited

@@ -565,3 +565,27 @@ def test_run_on_a_given_loop_leaves_it_open(loop: Loop) -> None:
 
     assert tools.run(main(), loop) is loop
     assert not loop.is_closed()
+
+
+def test_run_cancels_the_tasks_left_running_and_lets_them_end() -> None:
+    ended: list[str] = []
+
+    async def left(name: str) -> None:
+        try:
+            await tools.sleep(3600)
+        finally:
+            await tools.sleep(0)  # cleanup that needs the loop
+            ended.append(name)
+
+    async def main(fail: bool) -> None:
+        get_running_loop().create_task(left("a" if not fail else "c"))
+        get_running_loop().create_task(left("b" if not fail else "d"))
+        await tools.sleep(0)
+        if fail:
+            raise ValueError("main failed")
+
+    tools.run(main(False))
+    assert sorted(ended) == ["a", "b"]
+    with pytest.raises(ValueError, match="main failed"):
+        tools.run(main(True))
+    assert sorted(ended) == ["a", "b", "c", "d"]

@@ -309,6 +309,31 @@ def test_cancelling_a_task_that_awaits_another_cancels_both(loop: Loop) -> None:
     assert inner_saw == ["cancelled"]
 
 
+def test_a_task_awaiting_a_task_cancelled_by_someone_else_is_not_cancelling(loop: Loop) -> None:
+    # How a waiter tells "what I awaited was cancelled" from "I am being cancelled"
+    # (client/connection.py's stop() cancels the connection attempt it awaits).
+    async def awaits(child: Task[None]) -> int:
+        try:
+            await child
+        except CancelledError:
+            me = current_task()
+            assert me is not None
+            return me.cancelling()
+        return -1
+
+    async def main() -> None:
+        child = loop.create_task(forever())
+        parent = loop.create_task(awaits(child))
+        await tools.sleep(0)
+        child.cancel()
+        assert await parent == 0
+
+    async def forever() -> None:
+        await Future(loop)
+
+    drive(loop, main())
+
+
 # ---------------------------------------------------------------- who is running
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from cmdstalk_py.loop import tools
 from cmdstalk_py.loop.core import Loop, get_running_loop
-from cmdstalk_py.loop.futures import CancelledError, Future, Task, current_task
+from cmdstalk_py.loop.futures import CancelledError, Future, Task, current_task, wrap_concurrent
+from tests.helpers import wait_until
 from tests.loop.conftest import drive
 
 
@@ -413,6 +414,50 @@ def test_a_loop_closed_before_its_thread_finishes_does_not_raise_there(
         release.set()
         pool.shutdown(wait=True)
         loop.close()
+
+
+def test_cancelling_a_thread_wait_leaves_the_call_running(loop: Loop) -> None:
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow() -> None:
+        started.set()
+        release.wait(30)
+        finished.set()
+
+    async def main() -> None:
+        task: Task[None] = loop.create_task(tools.to_thread(slow))
+        while not started.is_set():
+            await tools.sleep(0.001)
+        task.cancel()
+        await tools.wait([task])
+        assert task.cancelled()
+        assert not finished.is_set()  # a call under way is not stopped
+        release.set()
+
+    try:
+        drive(loop, main())
+        wait_until(finished.is_set, 10.0, message="the call to end after its waiter left")
+    finally:
+        release.set()
+
+
+def test_a_call_cancelled_before_it_ran_cancels_its_future(loop: Loop) -> None:
+    release = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(release.wait, 30)  # the only worker is busy: the next call queues
+
+        async def main() -> None:
+            queued = pool.submit(int, "1")
+            ours = wrap_concurrent(queued, loop)
+            assert queued.cancel()
+            with pytest.raises(CancelledError):
+                await ours
+
+        drive(loop, main())
+    finally:
+        release.set()
+        pool.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------- Event

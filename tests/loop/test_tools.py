@@ -85,11 +85,15 @@ def test_timeout_expiring_raises_timeout_error(loop: Loop) -> None:
 def test_a_block_finishing_in_time_is_left_alone(loop: Loop) -> None:
     async def main() -> str:
         timers = live_timers(loop)
-        async with tools.timeout(0.02) as t:
+        async with tools.timeout(3600) as t:
             await tools.sleep(0)
         assert not t.expired()
         assert live_timers(loop) == timers
-        await tools.sleep(0.05)  # past the deadline: nothing cancels us any more
+        # No turn of the loop inside (however busy the machine, the deadline cannot pass
+        # in the block), then past the deadline: nothing cancels us any more.
+        async with tools.timeout(0.02):
+            pass
+        await tools.sleep(0.05)
         return "done"
 
     assert drive(loop, main()) == "done"
@@ -267,11 +271,16 @@ def test_gather_raises_the_first_exception_and_the_others_go_on(loop: Loop) -> N
     async def fails() -> None:
         raise ValueError("first")
 
+    async def waits(f: Future[str]) -> str:
+        return await f
+
     async def main() -> None:
-        slow = loop.create_task(tools.sleep(0.01, "slow"))
+        later: Future[str] = Future(loop)
+        slow = loop.create_task(waits(later))
         with pytest.raises(ValueError, match="first"):
             await tools.gather(slow, fails())
         assert not slow.done()
+        later.set_result("slow")
         assert await slow == "slow"
 
     drive(loop, main())
@@ -343,14 +352,20 @@ def test_cancelling_a_shield_leaves_the_inner_running(loop: Loop) -> None:
     async def shielded(inner: Task[str]) -> str:
         return await tools.shield(inner)
 
+    async def waits(f: Future[str]) -> str:
+        return await f
+
     async def main() -> None:
-        inner = loop.create_task(tools.sleep(0.01, "inner"))
+        later: Future[str] = Future(loop)
+        inner = loop.create_task(waits(later))
         waiter = loop.create_task(shielded(inner))
         await tools.sleep(0)
         await tools.sleep(0)
         waiter.cancel()
         await tools.wait([waiter])
         assert waiter.cancelled()
+        assert not inner.done()  # still running
+        later.set_result("inner")
         assert await inner == "inner"
 
         failing: Future[int] = Future(loop)

@@ -185,7 +185,9 @@ async def wait(
 async def gather(*awaitables: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
     """Every awaitable's result, in order. The first exception is raised at once (the
     others go on) unless ``return_exceptions``; cancelling the gatherer cancels them all,
-    and it raises ``CancelledError`` once they have ended."""
+    and it raises ``CancelledError`` once they have ended. Unlike asyncio's (a future whose
+    ``cancel`` reaches the children at once), the children are cancelled when the gatherer
+    next steps: each may take one more step first."""
     loop = get_running_loop()
     children = [ensure_future(a, loop) for a in awaitables]
     return_when = ALL_COMPLETED if return_exceptions else FIRST_COMPLETED

@@ -36,8 +36,6 @@ __all__ = [
     "ensure_future",
     "get_running_loop",
     "set_running_loop",
-    "track_tasks",
-    "untrack_tasks",
     "wrap_concurrent",
 ]
 
@@ -172,7 +170,7 @@ class Task(Future[T]):
         self._waiter: Future[Any] | None = None
         self._must_cancel = False
         self._cancel_requests = 0
-        self._unfinished = unfinished = _tracked.get(id(loop))
+        self._unfinished = unfinished = loop.unfinished
         if unfinished is not None:
             unfinished.add(self)
         loop.call_soon(self._step, None)
@@ -262,24 +260,6 @@ class Task(Future[T]):
     def __repr__(self) -> str:
         state = ("pending", "finished", "cancelled")[self._state]
         return f"<Task {self.get_name()} {state}>"
-
-
-# The unfinished tasks of the tracked loops, by the loop's id. ``tools.run`` tracks its
-# loop while it runs, to cancel what its coroutine left running and let it end, as
-# asyncio.run does. Other loops keep no list: a task pending when its loop is dropped
-# would stay referenced, and with it whatever its coroutine holds (sockets...).
-_tracked: dict[int, set[Task[Any]]] = {}
-
-
-def track_tasks(loop: Loop) -> set[Task[Any]]:
-    """The tasks of ``loop`` started from now on and not done yet: a set kept up to date
-    until ``untrack_tasks``."""
-    return _tracked.setdefault(id(loop), set())
-
-
-def untrack_tasks(loop: Loop) -> None:
-    """Stop keeping ``loop``'s set (before the loop is dropped: its id can be reused)."""
-    _tracked.pop(id(loop), None)
 
 
 def current_task() -> Task[Any] | None:

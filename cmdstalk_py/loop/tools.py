@@ -17,8 +17,6 @@ from cmdstalk_py.loop.futures import (
     Task,
     current_task,
     ensure_future,
-    track_tasks,
-    untrack_tasks,
 )
 
 if TYPE_CHECKING:
@@ -333,14 +331,15 @@ def run(coro: Coroutine[Any, Any, T], loop: Loop | None = None) -> T:
     if loop is not None:
         return loop.run_until_complete(coro)
     loop = Loop()
-    unfinished = track_tasks(loop)
+    unfinished: set[Task[Any]] = set()
+    loop.unfinished = unfinished
     try:
         return loop.run_until_complete(coro)
     finally:
         try:
             _end(loop, set(unfinished))
         finally:
-            untrack_tasks(loop)
+            loop.unfinished = None
             loop.close()
 
 

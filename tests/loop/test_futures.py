@@ -20,8 +20,6 @@ from cmdstalk_py.loop.futures import (
     Task,
     current_task,
     ensure_future,
-    track_tasks,
-    untrack_tasks,
 )
 from tests.loop.conftest import drive
 
@@ -436,7 +434,8 @@ def test_a_tracked_loop_knows_its_unfinished_tasks(loop: Loop) -> None:
         return await f
 
     untracked = loop.create_task(waits(Future(loop)))
-    unfinished = track_tasks(loop)
+    unfinished: set[Task[Any]] = set()
+    loop.unfinished = unfinished
     try:
         f: Future[int] = Future(loop)
         g: Future[int] = Future(loop)
@@ -454,9 +453,8 @@ def test_a_tracked_loop_knows_its_unfinished_tasks(loop: Loop) -> None:
         assert unfinished == set()
         assert not untracked.done()  # started before: never listed
     finally:
-        untrack_tasks(loop)
+        loop.unfinished = None
     after = loop.create_task(waits(Future(loop)))
-    assert after not in track_tasks(loop)
-    untrack_tasks(loop)
+    assert after not in unfinished
     after.cancel()
     loop.run_once(block=False)  # its coroutine is closed, not left never awaited

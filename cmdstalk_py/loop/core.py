@@ -111,6 +111,10 @@ class Loop:
         self.polled_at = monotonic()
         #: The task whose step is running (``futures.current_task``).
         self.current: futures.Task[Any] | None = None
+        #: When a set (``tools.run`` makes one): the tasks started since and not done,
+        #: kept up to date by the tasks. None by default: a loop dropped with a task
+        #: pending must not keep it, and what its coroutine holds, alive.
+        self.unfinished: set[futures.Task[Any]] | None = None
         self._executor: Any = None
 
     # ---------------------------------------------------------------- clock and callbacks
@@ -375,6 +379,11 @@ class Loop:
         except Exception:  # one failing callback must not end the server
             self.report()
 
+    def __del__(self) -> None:
+        wake_w = getattr(self, "_wake_w", None)  # None: __init__ failed before the pipe
+        if wake_w is not None:
+            _close_quietly(wake_w)
+
     def close(self) -> None:
         """Release the epoll set and the wake pipe; restore signal handlers (idempotent)."""
         if self.closed:
@@ -383,7 +392,9 @@ class Loop:
         self._restore_signals()
         self.epoll.close()
         os.close(self._wake_r)
-        os.close(self._wake_w)
+        # The write end stays open until the loop is dropped: a thread that saw the loop
+        # open a moment ago may still write its wake-up byte, which must go to this pipe
+        # (whose reader is gone: EPIPE, ignored), not to a descriptor reusing the number.
         self.handlers.clear()
         self._timers.clear()
         self._ready.clear()
@@ -413,6 +424,13 @@ def get_running_loop() -> Loop:
     if loop is None:
         raise RuntimeError("no running event loop")
     return loop
+
+
+def _close_quietly(fd: int) -> None:
+    try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def report_to_stderr() -> None:

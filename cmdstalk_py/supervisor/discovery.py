@@ -175,6 +175,7 @@ class Discovery:
 
     def start(self) -> None:
         self.task = get_running_loop().create_task(self._loop(), name=self.where)
+        self.task.add_done_callback(report_crash)
 
     async def _loop(self) -> int:
         conn = self.connection
@@ -274,3 +275,11 @@ class Discovery:
         self._stopped = True
         self._alarm.poke()
         self.connection.stop()
+
+
+def report_crash(task: Task[int]) -> None:
+    """Log a worker or discovery task that ended by an exception (a bug: each catches what
+    it expects); nothing else would ever look at its result."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s: ended by an unexpected error", task.get_name(),
+                  exc_info=task.exception())  # fmt: skip

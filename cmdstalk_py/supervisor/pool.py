@@ -31,7 +31,7 @@ from cmdstalk_py.supervisor.broker import Broker
 from cmdstalk_py.supervisor.brokerjob import Switches
 from cmdstalk_py.supervisor.budget import JobBudget
 from cmdstalk_py.supervisor.config import Config, is_glob
-from cmdstalk_py.supervisor.discovery import Discovery, selector
+from cmdstalk_py.supervisor.discovery import Discovery, report_crash, selector
 from cmdstalk_py.supervisor.gate import Gate
 from cmdstalk_py.supervisor.watchplan import WatchPlan
 
@@ -92,6 +92,7 @@ class Site:
             outage=pool.outage(self.address), plan=plan, address=(self.host, self.port),
         )  # fmt: skip
         task = get_running_loop().create_task(broker.serve(), name=broker.where)
+        task.add_done_callback(report_crash)
         self.workers.append((broker, task))
         if tube is not None:
             self._by_tube.setdefault(tube, []).append(broker)
@@ -298,3 +299,4 @@ class Pool:
 
     def _count(self, tube: str, running: int) -> None:
         self.observer.tube_running(self.name, tube, running, self.gate.limits.get(tube))
+

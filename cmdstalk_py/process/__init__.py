@@ -1,9 +1,10 @@
 """Running one job's command: spawn in its own session, feed stdin, read output, kill trees.
 
-Public interface: ``run_command`` (a coroutine: it runs the command on the running asyncio
-loop and never blocks it) returns a ``ProcessResult``; ``KillReason`` says why we killed a
-command; ``Switch`` is the loop-owned flag (``stop`` / ``stop_now``) that stops commands at
-once; ``LineBudget`` caps the output lines a command's callbacks get a second;
+Public interface: ``run_command`` (a coroutine: it runs the command on the running
+``cmdstalk_py.loop`` loop and never blocks it) returns a ``ProcessResult``; ``KillReason``
+says why we killed a command; ``Switch`` is the loop-owned flag (``stop`` / ``stop_now``)
+that stops commands at once; ``LineBudget`` caps the output lines a command's callbacks get
+a second;
 ``set_child_subreaper`` lets the supervisor adopt (and so reap) the orphaned descendants
 of its commands, and ``reap_orphans`` (call it about once a second, on the loop's thread)
 reaps the adopted ones that exit after their command is done. ``batch_thread`` /

@@ -31,13 +31,14 @@ the text of ``/proc/self/cgroup`` and ``/proc/self/mountinfo`` and a root direct
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import re
 from pathlib import Path
 from typing import NamedTuple
 
+from cmdstalk_py.loop.futures import CancelledError, Future
+from cmdstalk_py.loop.tools import shield
 from cmdstalk_py.process.jobcgroup import JobCgroup, read_file, write_file
 from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.usage import Limits
@@ -270,15 +271,15 @@ async def for_run(limits: Limits | None) -> JobCgroup | None:
         return None
     future = in_pool(hierarchy.create, limits)
     try:
-        return await asyncio.shield(future)
+        return await shield(future)
     except OSError:
         return None
-    except asyncio.CancelledError:
+    except CancelledError:
         # Made all the same: removed once it is.
         future.add_done_callback(_remove_made)
         raise
 
 
-def _remove_made(future: asyncio.Future[JobCgroup]) -> None:
+def _remove_made(future: Future[JobCgroup]) -> None:
     if not future.cancelled() and future.exception() is None:
         in_pool(future.result().remove)

@@ -16,12 +16,14 @@ one timer; the escalation tells it (``changed``) when ``next_wake`` moved.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from cmdstalk_py.loop.core import Loop
+from cmdstalk_py.loop.futures import Future, Task
+from cmdstalk_py.loop.tools import gather, wait
 from cmdstalk_py.process.kill import Members, TreeKiller
 from cmdstalk_py.process.result import KillReason
 from cmdstalk_py.process.switch import Switch
@@ -47,7 +49,7 @@ class Escalation:
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: Loop,
         pid: int,
         token: str | None,
         grace: float,
@@ -71,7 +73,7 @@ class Escalation:
         self.kill_at: float | None = None  # when TERM SENT escalates (loop time)
         self.reaped = False
         self.live = True  # False once the run failed or is aborting: no more signals
-        self.tasks: set[asyncio.Task[None]] = set()  # kill steps under way
+        self.tasks: set[Task[None]] = set()  # kill steps under way
 
     @property
     def sent(self) -> tuple[str, ...]:
@@ -96,7 +98,7 @@ class Escalation:
 
     async def _signal_first(self, killer: TreeKiller) -> None:
         scan = self._task(killer.scan())
-        await asyncio.wait({scan}, timeout=SCAN_WAIT)
+        await wait({scan}, timeout=SCAN_WAIT)
         if self.live:
             self._send(self.first_signal)
 
@@ -142,7 +144,11 @@ class Escalation:
         """After the exit: let the kill steps under way end (a first signal waiting for
         its scan), then wait for the rest of the tree to go (SIGKILL at ``kill_at``)."""
         while self.tasks:
-            await asyncio.gather(*self.tasks)
+            # Forgotten here too: gather returns at once for tasks done already, before
+            # their _task_done has run (a step raised: gather raises it).
+            tasks = list(self.tasks)
+            await gather(*tasks)
+            self.tasks.difference_update(tasks)
         if self.killer is not None:
             await self.killer.finish(self.kill_at, stop_now)
 
@@ -158,13 +164,13 @@ class Escalation:
         for task in self.tasks:
             task.cancel()  # a scan's pool job may finish; nobody reads it
 
-    def _task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _task(self, coro: Coroutine[Any, Any, None]) -> Task[None]:
         task = self.loop.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: Future[None]) -> None:
         self.tasks.discard(task)
         if task.cancelled():
             return

@@ -23,17 +23,20 @@ subreaper (``set_child_subreaper``), the orphans become our children and are rea
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future as PoolFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import psutil
 
+from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.loop.futures import Future, ensure_future
+from cmdstalk_py.loop.tools import gather, sleep
 from cmdstalk_py.process.marker import marked_descendants
 from cmdstalk_py.process.switch import Switch
 
@@ -62,9 +65,43 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
-def in_pool(fn: Callable[..., _T], *args: object) -> asyncio.Future[_T]:
+def in_pool(fn: Callable[..., _T], *args: object) -> Future[_T]:
     """Run ``fn(*args)`` in the process package's thread pool; await the result on the loop."""
-    return asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+    return _PoolJob(get_running_loop(), _executor().submit(fn, *args))
+
+
+class _PoolJob(Future[_T]):
+    """A pool job's outcome, a future of the loop. Cancelling it also cancels the job if
+    it has not started, as an executor's future on asyncio did (``wrap_concurrent`` lets
+    it run): a kill given up must not send the signals still queued behind it."""
+
+    __slots__ = ("_job",)
+
+    def __init__(self, loop: Loop, job: PoolFuture[_T]) -> None:
+        super().__init__(loop)
+        self._job = job
+        job.add_done_callback(self._arrived)
+
+    def cancel(self, msg: object = None) -> bool:
+        self._job.cancel()
+        return super().cancel(msg)
+
+    def _arrived(self, job: PoolFuture[_T]) -> None:
+        """In the pool's thread (or the loop's, for a job cancelled before it ran)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._copy, job)
+
+    def _copy(self, job: PoolFuture[_T]) -> None:
+        if self.done():
+            return
+        if job.cancelled():
+            super().cancel()
+            return
+        error = job.exception()
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(job.result())
 
 
 def set_child_subreaper(enabled: bool = True) -> bool:
@@ -218,7 +255,7 @@ class TreeKiller:
         self.leader_reaped = leader_reaped
         self._descendants: dict[int, psutil.Process] = {}
         self._on_kill = on_kill
-        self._jobs: set[asyncio.Future[None]] = set()  # signals the pool is sending
+        self._jobs: set[Future[None]] = set()  # signals the pool is sending
         self.sent: list[str] = []
 
     async def scan(self) -> None:
@@ -289,7 +326,7 @@ class TreeKiller:
         start = time.monotonic()
         give_up = (kill_at or start) + _KILL_SETTLE
         next_deep = start + _DEEP_CHECK_INTERVAL
-        check: asyncio.Task[bool] | None = None
+        check: Future[bool] | None = None
         try:
             while True:
                 self.reap()
@@ -298,7 +335,7 @@ class TreeKiller:
                     # (A group still there, zombies at least, is known without /proc.)
                     deep = now >= next_deep
                     next_deep = now + _DEEP_CHECK_INTERVAL if deep else next_deep
-                    check = asyncio.ensure_future(self._anything_left(deep))
+                    check = ensure_future(self._anything_left(deep))
                 if check is not None and check.done():
                     if not check.result():
                         break
@@ -313,7 +350,7 @@ class TreeKiller:
                     give_up = now + _KILL_SETTLE
                 elif killed and now >= give_up:
                     break
-                await asyncio.sleep(_CHECK_INTERVAL)
+                await sleep(_CHECK_INTERVAL)
         finally:
             if check is not None:
                 check.cancel()  # given up: its pool job may finish, nobody reads it
@@ -330,4 +367,8 @@ class TreeKiller:
     async def settle(self) -> None:
         """Wait until the signals handed to the pool are sent."""
         while self._jobs:
-            await asyncio.gather(*self._jobs)
+            # Forgotten here too: gather returns at once for jobs done already, before
+            # their discard has run.
+            jobs = list(self._jobs)
+            await gather(*jobs)
+            self._jobs.difference_update(jobs)

@@ -1,8 +1,8 @@
-"""``run_command``: run one job's command to completion on the running asyncio loop.
+"""``run_command``: run one job's command to completion on the running loop (``loop.core``).
 
 Nothing here blocks the loop. The command's stdout, stderr and control channel and a pidfd
-for the process itself are watched with ``loop.add_reader``, its stdin with
-``loop.add_writer``: the payload is written while output is read (no deadlock at any size),
+for the process itself are watched for input (``loop.watch``), its stdin for room to
+write: the payload is written while output is read (no deadlock at any size),
 and the run ends when the *process* exits, not when its pipes close (a grandchild may hold
 them open). A chunk read holding many lines is handed on a turn at a time (``output.py``),
 its pipe not watched until the last turn, so the loop polls between turns. One loop
@@ -15,13 +15,15 @@ in ``kill.py``'s thread pool.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
+import select
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from cmdstalk_py.loop.core import Loop, Timer, get_running_loop
+from cmdstalk_py.loop.futures import Future
 from cmdstalk_py.process import cgroup
 from cmdstalk_py.process.control import CONTROL_ENV, CONTROL_FD, ControlReader
 from cmdstalk_py.process.escalation import Escalation, KillState
@@ -110,7 +112,7 @@ async def run_command(
     # Built before spawning: bad arguments raise here, with no child to clean up.
     out = OutputStream(tail_bytes, on_stdout_line, max_line_bytes, line_budget)
     err = OutputStream(tail_bytes, on_stderr_line, max_line_bytes, line_budget)
-    loop = asyncio.get_running_loop()
+    loop = get_running_loop()
     started = time.monotonic()
     job = await cgroup.for_run(limits)
     token = new_token()
@@ -162,7 +164,7 @@ class _Run:
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: Loop,
         child: Spawned,
         payload: bytes,
         started: float,
@@ -192,14 +194,14 @@ class _Run:
         self.cgroup: JobCgroup | None = None  # the run's own, until removed
         self.reaped = False
         self.pidfd = -1  # opened in _start(), so close() cleans up if that fails
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Timer | None = None
         self.drain_rounds = 0
         self.draining = True  # after the exit: read again (no round yet, or the last found output)
         self.live = True  # False once failed, aborted or closed: no more callbacks out
         self.failure: Exception | None = None  # the first exception a callback raised
-        self.exited: asyncio.Future[None] = loop.create_future()  # the process was reaped
+        self.exited: Future[None] = Future(loop)  # the process was reaped
         # Reaped and drained; or the exception a callback raised.
-        self.drained: asyncio.Future[None] = loop.create_future()
+        self.drained: Future[None] = Future(loop)
         # One object each, so that the switches can forget them again.
         self.stop_cb = functools.partial(self._safe, self._on_stop)
         self.stop_now_cb = functools.partial(self._safe, self._on_stop_now)
@@ -242,10 +244,10 @@ class _Run:
         loop = self.loop
         # The pidfd becomes readable when the process exits, whoever holds its pipes.
         self.pidfd = os.pidfd_open(self.pid)
-        loop.add_reader(self.pidfd, self._on_exit)
+        loop.watch(self.pidfd, select.EPOLLIN, self._on_exit)
         for fd in self.streams:
             os.set_blocking(fd, False)  # the drain rounds read without waiting
-            loop.add_reader(fd, self._safe, self._read, fd)
+            self._watch_stream(fd)
         if self.on_control is not None and self.control_fd >= 0:
             self.control = ControlReader(self.control_fd, self.on_control, self._watch_control)
             self.control.start()
@@ -285,11 +287,11 @@ class _Run:
             os.close(self.control_fd)
         self.control_fd = -1
         for fd in self.streams:
-            self.loop.remove_reader(fd)
+            self.loop.unwatch(fd)
             os.close(fd)
         self.streams.clear()
         if self.pidfd >= 0:
-            self.loop.remove_reader(self.pidfd)
+            self.loop.unwatch(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = -1
         if not self.reaped:
@@ -304,11 +306,11 @@ class _Run:
         self.live = False
         self._cancel_timer()
         for fd in self.streams:
-            self.loop.remove_reader(fd)
+            self.loop.unwatch(fd)
         if self.stdin.fd is not None:
-            self.loop.remove_writer(self.stdin.fd)
+            self.loop.unwatch(self.stdin.fd)
         if self.control is not None and self.control.fd >= 0:
-            self.loop.remove_reader(self.control.fd)
+            self.loop.unwatch(self.control.fd)
 
     # -- loop callbacks ---------------------------------------------------------------
 
@@ -329,8 +331,12 @@ class _Run:
             self.drained.set_exception(exc)
         self._unwatch()
 
-    def _read(self, fd: int) -> bool:
-        """One read from stdout or stderr; False if the pipe had nothing for us."""
+    def _watch_stream(self, fd: int) -> None:
+        self.loop.watch(fd, select.EPOLLIN, functools.partial(self._safe, self._read, fd))
+
+    def _read(self, fd: int, _events: int = 0) -> bool:
+        """One read from stdout or stderr (``_events``: the epoll mask, when the loop calls
+        it); False if the pipe had nothing for us."""
         try:
             data = os.read(fd, _READ_SIZE)
         except BlockingIOError:
@@ -339,11 +345,11 @@ class _Run:
             if not self.streams[fd].feed(data) and not self.reaped:
                 # Lines of it are left: the pipe waits until they are handed on, a turn
                 # at a time, and the loop polls its other pipes and timers in between.
-                self.loop.remove_reader(fd)
+                self.loop.unwatch(fd)
                 self.loop.call_soon(self._safe, self._more, fd)
             return True
         # End of file: every writer is gone.
-        self.loop.remove_reader(fd)
+        self.loop.unwatch(fd)
         del self.streams[fd]
         os.close(fd)
         return True
@@ -354,7 +360,7 @@ class _Run:
         if self.reaped:
             return  # the drain rounds take over
         if self.streams[fd].more():
-            self.loop.add_reader(fd, self._safe, self._read, fd)
+            self._watch_stream(fd)
         else:
             self.loop.call_soon(self._safe, self._more, fd)
 
@@ -362,22 +368,28 @@ class _Run:
         fd = self.stdin.fd
         assert fd is not None
         if on:
-            self.loop.add_writer(fd, self._safe, self.stdin.write)
+            self.loop.watch(fd, select.EPOLLOUT, self._on_writable)
         else:
-            self.loop.remove_writer(fd)
+            self.loop.unwatch(fd)
+
+    def _on_writable(self, _events: int) -> None:
+        self._safe(self.stdin.write)
 
     def _watch_control(self, on: bool) -> None:
         if on:
-            self.loop.add_reader(self.control_fd, self._safe, self._on_control)
+            self.loop.watch(self.control_fd, select.EPOLLIN, self._on_control)
         else:
-            self.loop.remove_reader(self.control_fd)
+            self.loop.unwatch(self.control_fd)
 
-    def _on_control(self) -> None:
+    def _on_control(self, _events: int) -> None:
+        self._safe(self._read_control)
+
+    def _read_control(self) -> None:
         assert self.control is not None
         self.control.on_readable(self.loop.time())
         self.rearm()  # over its budget, the channel rests until paused_until
 
-    def _on_exit(self) -> None:
+    def _on_exit(self, _events: int) -> None:
         """The pidfd is readable: the process exited. Reap it (WNOHANG: it is a zombie);
         wait4's rusage is what the command and the children it waited for used."""
         status: int | None
@@ -398,14 +410,14 @@ class _Run:
             self.sampler.close()
         self.kill.on_reaped()
         self.exited.set_result(None)
-        self.loop.remove_reader(self.pidfd)
+        self.loop.unwatch(self.pidfd)
         os.close(self.pidfd)
         self.pidfd = -1
         self.stdin.close()  # nobody left to read the rest of the payload
         if not self.live:
             return  # aborting: nobody waits for the output any more
         for fd in self.streams:
-            self.loop.remove_reader(fd)  # the drain rounds take over
+            self.loop.unwatch(fd)  # the drain rounds take over
         self.rearm()
         self.loop.call_soon(self._safe, self._drain)
 
@@ -425,10 +437,9 @@ class _Run:
         elif not self.drained.done():
             self.drained.set_result(None)
 
-    def _on_timer(self, when: float) -> None:
+    def _on_timer(self) -> None:
         self.timer = None
-        # The loop may run a timer a clock tick early; it is due all the same.
-        self._check(max(self.loop.time(), when))
+        self._check(self.loop.time())  # (the loop never runs a timer before its time)
 
     def _sampled(self, crossed: KillReason | None) -> None:
         """A sample of the tree is in: over a limit, kill it as at a deadline."""
@@ -477,11 +488,11 @@ class _Run:
             wake = _earliest(wake, self.control.paused_until)
         if self.sampler is not None and self._sampling():
             wake = _earliest(wake, self.sampler.due())
-        if self.timer is not None and self.timer.when() == wake:
+        if self.timer is not None and self.timer.when == wake:
             return
         self._cancel_timer()
         if wake is not None and self.live:
-            self.timer = self.loop.call_at(wake, self._safe, self._on_timer, wake)
+            self.timer = self.loop.call_at(wake, self._safe, self._on_timer)
 
     def _cancel_timer(self) -> None:
         if self.timer is not None:

@@ -23,7 +23,6 @@ instead (``CgroupSampler``): every process it ever held counts, exactly.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import time
@@ -36,6 +35,8 @@ from cmdstalk_py.process.kill import in_pool
 from cmdstalk_py.process.result import KillReason, Usage
 
 if TYPE_CHECKING:
+    from cmdstalk_py.loop.core import Loop
+    from cmdstalk_py.loop.futures import Future
     from cmdstalk_py.process.jobcgroup import Figures, JobCgroup
 
 _R = TypeVar("_R")  # what one sample reads
@@ -129,12 +130,10 @@ def tree(table: dict[int, Stat], leader: int) -> list[Stat]:
 
 # The scan under way, and when it started: runs that sample within half their interval of
 # it share it (one /proc walk however many commands are sampled).
-_scan: tuple[float, asyncio.Future[dict[int, Stat]], asyncio.AbstractEventLoop] | None = None
+_scan: tuple[float, Future[dict[int, Stat]], Loop] | None = None
 
 
-def _shared_scan(
-    loop: asyncio.AbstractEventLoop, max_age: float
-) -> asyncio.Future[dict[int, Stat]]:
+def _shared_scan(loop: Loop, max_age: float) -> Future[dict[int, Stat]]:
     global _scan
     now = time.monotonic()
     if _scan is not None and _scan[2] is loop and now - _scan[0] < max_age:
@@ -153,20 +152,18 @@ class _Samples(ABC, Generic[_R]):
         self.limits = limits
         self.interval = interval
         self.next = first
-        self.pending: asyncio.Future[_R] | None = None
+        self.pending: Future[_R] | None = None
 
     def due(self) -> float | None:
         return None if self.pending is not None else self.next
 
-    def start(
-        self, loop: asyncio.AbstractEventLoop, done: Callable[[KillReason | None], None]
-    ) -> None:
+    def start(self, loop: Loop, done: Callable[[KillReason | None], None]) -> None:
         """Begin a sample; ``done`` gets the limit crossed (or None) once it is in."""
         self.pending = future = self._read(loop)
         future.add_done_callback(lambda f: self._in(f, loop, done))
 
     @abstractmethod
-    def _read(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[_R]:
+    def _read(self, loop: Loop) -> Future[_R]:
         """Start one reading, in the pool."""
 
     @abstractmethod
@@ -175,8 +172,8 @@ class _Samples(ABC, Generic[_R]):
 
     def _in(
         self,
-        future: asyncio.Future[_R],
-        loop: asyncio.AbstractEventLoop,
+        future: Future[_R],
+        loop: Loop,
         done: Callable[[KillReason | None], None],
     ) -> None:
         if future is not self.pending:
@@ -209,7 +206,7 @@ class Sampler(_Samples[dict[int, Stat]]):
         self.departed_cpu = 0.0  # CPU of tree processes gone without a tree parent to count it
         self.last: dict[tuple[int, int], Stat] = {}  # the tree of the previous sample
 
-    def _read(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[int, Stat]]:
+    def _read(self, loop: Loop) -> Future[dict[int, Stat]]:
         # Half an interval old at most: a sample a second of unlimited runs started at any
         # moment costs two scans a second at most, however many there are.
         return _shared_scan(loop, self.interval / 2)
@@ -261,7 +258,7 @@ class CgroupSampler(_Samples["Figures"]):  # a name only: jobcgroup imports this
         self.last: Figures | None = None  # the latest figures, the final ones at the end
         self.seen: set[int] = set()  # every member sampled: the processes it started
 
-    def _read(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Figures]:
+    def _read(self, loop: Loop) -> Future[Figures]:
         return in_pool(self.job.figures)
 
     def _take(self, reading: Figures) -> KillReason | None:

@@ -3,11 +3,12 @@ loop between looks (so the runs under test go on)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from cmdstalk_py.loop.tools import run as run_loop
+from cmdstalk_py.loop.tools import sleep
 from cmdstalk_py.process import ProcessResult, run_command
 from tests.helpers import WaitTimeout
 
@@ -20,10 +21,10 @@ async def until(predicate: Callable[[], T], timeout: float = 10.0, message: str 
     while not (value := predicate()):
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {message}")
-        await asyncio.sleep(0.005)
+        await sleep(0.005)
     return value
 
 
 def run(*args: Any, **kwargs: Any) -> ProcessResult:
-    """``run_command`` on a loop of its own (``asyncio.run``), for one command at a time."""
-    return asyncio.run(run_command(*args, **kwargs))
+    """``run_command`` on a loop of its own (``tools.run``), for one command at a time."""
+    return run_loop(run_command(*args, **kwargs))

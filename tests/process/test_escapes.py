@@ -8,7 +8,6 @@ the kill, that process must be gone (and reaped: no zombie left).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -16,6 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cmdstalk_py.loop.futures import ensure_future
+from cmdstalk_py.loop.tools import run as run_loop
+from cmdstalk_py.loop.tools import timeout
 from cmdstalk_py.process import (
     KillReason,
     ProcessResult,
@@ -94,7 +96,7 @@ def test_shutdown_kill_reaches_escaped_processes(escape: str, tmp_path: Path) ->
 
     async def scenario() -> tuple[ProcessResult, list[int]]:
         argv = _script(ESCAPES[escape], pids)
-        task = asyncio.ensure_future(run_command(argv, b"", ENV, grace=0.3, stop=stop, marker=True))
+        task = ensure_future(run_command(argv, b"", ENV, grace=0.3, stop=stop, marker=True))
         try:
             await until(lambda: pids.exists() and pids.read_text().split(), message="pids written")
             escaped = [int(p) for p in pids.read_text().split()]
@@ -104,9 +106,10 @@ def test_shutdown_kill_reaches_escaped_processes(escape: str, tmp_path: Path) ->
             )
         finally:
             stop.set()
-        return await asyncio.wait_for(task, 20), escaped
+        async with timeout(20):
+            return await task, escaped
 
-    result, escaped = asyncio.run(scenario())
+    result, escaped = run_loop(scenario())
     assert result.killed is KillReason.SHUTDOWN
     _assert_all_gone(escaped)
 

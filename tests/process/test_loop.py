@@ -3,7 +3,6 @@ loop or the other runs, and no thread is started per command."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import threading
@@ -13,6 +12,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from cmdstalk_py.loop.futures import CancelledError, ensure_future
+from cmdstalk_py.loop.tools import gather, run, sleep, timeout
 from cmdstalk_py.process import KillReason, ProcessResult, Switch, run_command
 from cmdstalk_py.process.kill import POOL_WORKERS
 from tests.process.aio import until
@@ -65,7 +66,7 @@ def test_a_slow_proc_never_holds_the_kill_point(slow_proc: threading.Event) -> N
     pids: list[int] = []
 
     async def scenario() -> ProcessResult:
-        task = asyncio.ensure_future(
+        task = ensure_future(
             run_command(
                 sh("exec sleep 60"),
                 b"",
@@ -80,9 +81,10 @@ def test_a_slow_proc_never_holds_the_kill_point(slow_proc: threading.Event) -> N
             await until(lambda: pids and gone(pids[0]), 10, "the command TERMed and reaped")
         finally:
             slow_proc.set()
-        return await asyncio.wait_for(task, 30)
+        async with timeout(30):
+            return await task
 
-    result = asyncio.run(scenario())
+    result = run(scenario())
     assert (result.killed, result.signal, result.kill_signals) == (
         KillReason.TTR,
         15,
@@ -103,7 +105,7 @@ class Threads:
             threads = threading.enumerate()
             self.others |= {t.ident for t in threads if not _pool_thread(t)} - self.before
             self.most_in_pool = max(self.most_in_pool, sum(map(_pool_thread, threads)))
-            await asyncio.sleep(0.005)
+            await sleep(0.005)
 
 
 def _pool_thread(thread: threading.Thread) -> bool:
@@ -116,27 +118,30 @@ def test_a_stop_switch_kills_fifty_commands_on_one_loop_without_a_thread_each() 
     threads = Threads()
 
     async def scenario() -> list[ProcessResult]:
-        runs = asyncio.gather(
-            *(
-                run_command(
-                    sh("exec sleep 30"),
-                    b"",
-                    ENV,
-                    grace=30,
-                    stop=stop,
-                    on_started=lambda: started.append(1),
+        runs = ensure_future(
+            gather(
+                *(
+                    run_command(
+                        sh("exec sleep 30"),
+                        b"",
+                        ENV,
+                        grace=30,
+                        stop=stop,
+                        on_started=lambda: started.append(1),
+                    )
+                    for _ in range(50)
                 )
-                for _ in range(50)
             )
         )
-        sampler = asyncio.ensure_future(threads.sample(runs.done))
+        sampler = ensure_future(threads.sample(runs.done))
         await until(lambda: len(started) == 50, 30, "50 commands started")
         stop.set()
-        results = await asyncio.wait_for(runs, 60)
+        async with timeout(60):
+            results = await runs
         await sampler
         return results
 
-    results = asyncio.run(scenario())
+    results = run(scenario())
     assert [(r.killed, r.signal) for r in results] == [(KillReason.SHUTDOWN, 15)] * 50
     assert threads.others == set()  # no thread per command (nor any other)
     assert threads.most_in_pool <= POOL_WORKERS
@@ -148,14 +153,14 @@ def test_two_hundred_commands_on_one_loop_all_finish_with_their_output() -> None
     payloads = [os.urandom(100_000 if i % 2 else 100) for i in range(200)]
 
     async def scenario() -> list[ProcessResult]:
-        return await asyncio.gather(
+        return await gather(
             *(
                 run_command(sh(f"echo err {i} >&2; sha256sum"), payload, ENV)
                 for i, payload in enumerate(payloads)
             )
         )
 
-    results = asyncio.run(scenario())
+    results = run(scenario())
     for i, (result, payload) in enumerate(zip(results, payloads, strict=True)):
         assert result.exit_code == 0, result
         assert result.stdout_tail == hashlib.sha256(payload).hexdigest().encode() + b"  -\n"
@@ -167,18 +172,18 @@ def test_cancelling_run_command_kills_and_reaps_the_command() -> None:
     fds_before = set(os.listdir("/proc/self/fd"))
 
     async def scenario() -> None:
-        task = asyncio.ensure_future(
+        task = ensure_future(
             run_command(
                 sh("trap '' TERM; exec sleep 60"), b"x" * 100_000, ENV, on_spawned=pids.append
             )
         )
         await until(lambda: pids, message="the command spawned")
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        with pytest.raises(CancelledError):
             await task
         assert gone(pids[0])  # by the time the cancellation is through
 
-    asyncio.run(scenario())
+    run(scenario())
     assert our_zombies() == []
     assert set(os.listdir("/proc/self/fd")) == fds_before
 
@@ -213,9 +218,10 @@ def test_a_lease_that_wakes_the_run_with_an_earlier_deadline_kills_at_once() -> 
         lease.wake()
 
     async def scenario() -> ProcessResult:
-        run = run_command(sh("echo ready; exec sleep 60"), b"", ENV, lease=lease, grace=5,
+        command = run_command(sh("echo ready; exec sleep 60"), b"", ENV, lease=lease, grace=5,
                           on_stdout_line=on_line)  # fmt: skip
-        return await asyncio.wait_for(run, 30)  # the lease's first deadline is an hour away
+        async with timeout(30):  # the lease's first deadline is an hour away
+            return await command
 
-    result = asyncio.run(scenario())
+    result = run(scenario())
     assert (result.killed, result.signal) == (KillReason.MAX_RUNTIME, 15)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -12,6 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.loop.tools import run
 from cmdstalk_py.process import ProcessResult, run_command
 from cmdstalk_py.process.output import LINES_PER_TURN, LineBudget, OutputStream
 from tests.helpers import wait_until
@@ -107,7 +108,7 @@ def test_a_chunk_of_many_lines_goes_out_lines_per_turn_at_a_time() -> None:
 class Ticker:
     """Counts the loop's iterations: one call_soon a turn, rescheduling itself."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: Loop) -> None:
         self.loop = loop
         self.ticks = 0
         self.running = True
@@ -131,7 +132,7 @@ def run_stamped(
     budget = LineBudget(rate=1000, burst=10 * LINES)
 
     async def scenario() -> ProcessResult:
-        ticker = Ticker(asyncio.get_running_loop())
+        ticker = Ticker(get_running_loop())
         try:
             return await run_command(
                 ["/bin/bash", "-c", script],
@@ -145,7 +146,7 @@ def run_stamped(
         finally:
             ticker.running = False
 
-    return asyncio.run(scenario()), stamped, budget
+    return run(scenario()), stamped, budget
 
 
 def lines_of(stamped: Stamped, name: str) -> list[bytes]:

@@ -571,11 +571,12 @@ def test_a_supervisor_with_stdio_closed_still_gives_the_command_its_pipes(tmp_pa
     # an end still to be duplicated); the command must get the right ends all the same.
     out = tmp_path / "result"
     script = (
-        "import asyncio, os, sys\n"
+        "import os, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from cmdstalk_py.loop.tools import run\n"
         "from cmdstalk_py.process import run_command\n"
         "os.close(0); os.close(1); os.close(2)\n"
-        "r = asyncio.run(run_command(['/bin/sh', '-c', 'cat; echo err >&2'], b'payload', {}))\n"
+        "r = run(run_command(['/bin/sh', '-c', 'cat; echo err >&2'], b'payload', {}))\n"
         f"fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT, 0o600)\n"
         "os.write(fd, repr((r.exit_code, r.stdout_tail, r.stderr_tail)).encode())\n"
     )

@@ -30,7 +30,7 @@ from cmdstalk_py.client.connection import HealingConnection, OutageReporter, Sto
 from cmdstalk_py.client.errors import CONNECTION_ERRORS, NotFound
 from cmdstalk_py.client.replies import parse_list
 from cmdstalk_py.loop.core import get_running_loop
-from cmdstalk_py.loop.futures import Task
+from cmdstalk_py.loop.futures import Future, Task
 from cmdstalk_py.ops.observers import Observer
 from cmdstalk_py.supervisor.config import is_glob
 from cmdstalk_py.supervisor.looptime import Alarm
@@ -277,9 +277,9 @@ class Discovery:
         self.connection.stop()
 
 
-def report_crash(task: Task[int]) -> None:
+def report_crash(task: Future[int]) -> None:
     """Log a worker or discovery task that ended by an exception (a bug: each catches what
     it expects); nothing else would ever look at its result."""
     if not task.cancelled() and task.exception() is not None:
-        log.error("%s: ended by an unexpected error", task.get_name(),
-                  exc_info=task.exception())  # fmt: skip
+        name = task.get_name() if isinstance(task, Task) else repr(task)
+        log.error("%s: ended by an unexpected error", name, exc_info=task.exception())

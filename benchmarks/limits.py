@@ -19,12 +19,12 @@ Usage: ``python benchmarks/limits.py [rate|cpu|overshoot] [--jobs N] [--no-limit
 from __future__ import annotations
 
 import argparse
-from cmdstalk_py.loop import tools
 import os
 import statistics
 import sys
 import time
 
+from cmdstalk_py.loop import tools
 from cmdstalk_py.process import run_command
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

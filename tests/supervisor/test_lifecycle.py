@@ -11,8 +11,8 @@ same instant.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future as ThreadFuture
 from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future as ThreadFuture
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ def _on_loop(sup: Supervisor, work: Callable[[], Coroutine[Any, Any, Any]]) -> A
         def settle(done: Any) -> None:
             try:
                 outcome.set_result(done.result())
-            except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
+            except BaseException as e:
                 outcome.set_exception(e)
 
         task.add_done_callback(settle)

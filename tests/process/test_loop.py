@@ -16,7 +16,7 @@ from cmdstalk_py.loop.futures import CancelledError, ensure_future
 from cmdstalk_py.loop.tools import gather, run, sleep, timeout
 from cmdstalk_py.process import KillReason, ProcessResult, Switch, run_command
 from cmdstalk_py.process.kill import POOL_WORKERS
-from tests.process.aio import until
+from tests.process.aio import open_fds, until
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
@@ -169,7 +169,7 @@ def test_two_hundred_commands_on_one_loop_all_finish_with_their_output() -> None
 
 def test_cancelling_run_command_kills_and_reaps_the_command() -> None:
     pids: list[int] = []
-    fds_before = set(os.listdir("/proc/self/fd"))
+    fds_before = open_fds()
 
     async def scenario() -> None:
         task = ensure_future(
@@ -185,7 +185,7 @@ def test_cancelling_run_command_kills_and_reaps_the_command() -> None:
 
     run(scenario())
     assert our_zombies() == []
-    assert set(os.listdir("/proc/self/fd")) == fds_before
+    assert open_fds() == fds_before
 
 
 class MovableLease:

@@ -61,7 +61,6 @@ Usage: ``python benchmarks/drain.py [--quick] [--jobs N] [--repeat R] [--modes c
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import io
 import os
@@ -85,6 +84,8 @@ sys.path.insert(0, str(ROOT))
 
 from idle import go_cmdstalk  # noqa: E402
 
+from cmdstalk_py.loop.core import Loop  # noqa: E402
+from cmdstalk_py.loop.tools import run  # noqa: E402
 from cmdstalk_py.process import run_command  # noqa: E402
 from tests.helpers import BeanstalkServer, running_beanstalkd, wait_until  # noqa: E402
 
@@ -183,7 +184,7 @@ def time_spawn(jobs: int) -> float:
                 raise RuntimeError(f"command failed: {result}")
 
     started = time.perf_counter()
-    asyncio.run(sequential())
+    run(sequential())
     return time.perf_counter() - started
 
 
@@ -194,7 +195,7 @@ def loop_worker(server: BeanstalkServer, tube: str, stop: threading.Event) -> No
     """A minimal broker: reserve, stats-job, run_command (on this thread's own loop), delete."""
     env = child_env()
     address = (server.host, server.port)
-    loop = asyncio.new_event_loop()
+    loop = Loop()
     with greenstalk.Client(address, use=tube, watch=tube, encoding=None) as client:
         while not stop.is_set():
             try:

@@ -19,12 +19,12 @@ Usage: ``python benchmarks/limits.py [rate|cpu|overshoot] [--jobs N] [--no-limit
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
 import time
 
+from cmdstalk_py.loop.tools import gather, run
 from cmdstalk_py.process import run_command
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -61,12 +61,12 @@ async def _batch(n: int, limited: bool) -> float:
 def rate(jobs: int, rounds: int, no_limits_only: bool) -> None:
     rates: dict[str, list[float]] = {"no limit": [], "limits via proc": [], "limits via cgroup": []}
     for _ in range(rounds):
-        rates["no limit"].append(asyncio.run(_batch(jobs, False)))
+        rates["no limit"].append(run(_batch(jobs, False)))
         if no_limits_only:
             continue
         for mode in ("proc", "cgroup"):
             if _via(mode):
-                rates[f"limits via {mode}"].append(asyncio.run(_batch(jobs, True)))
+                rates[f"limits via {mode}"].append(run(_batch(jobs, True)))
     plain = rates["no limit"]
     for name, got in rates.items():
         if not got:
@@ -82,18 +82,18 @@ async def _sleepers(n: int, seconds: float, limited: bool) -> float:
     kw = {"limits": _limits()} if limited else {}
     before = os.times()
     argv = ["/bin/sleep", str(seconds)]
-    await asyncio.gather(*(run_command(argv, b"", ENV, **kw) for _ in range(n)))  # type: ignore[arg-type]
+    await gather(*(run_command(argv, b"", ENV, **kw) for _ in range(n)))  # type: ignore[arg-type]
     after = os.times()
     return (after.user + after.system) - (before.user + before.system)
 
 
 def cpu(jobs: int, seconds: float) -> None:
-    plain = asyncio.run(_sleepers(jobs, seconds, False))
+    plain = run(_sleepers(jobs, seconds, False))
     print(f"{jobs} sleepers x {seconds:.0f} s: CPU {plain:.3f} s without limits")
     for mode in ("proc", "cgroup"):
         if not _via(mode):
             continue
-        limited = asyncio.run(_sleepers(jobs, seconds, True))
+        limited = run(_sleepers(jobs, seconds, True))
         per = (limited - plain) / (jobs * seconds)
         print(f"  via {mode}: {limited:.3f} s: {per * 1000:.2f} ms per running job per second")
     print(f"host processes now: {sum(1 for n in os.listdir('/proc') if n.isdigit())}")
@@ -116,7 +116,7 @@ def overshoot(runs: int) -> None:
         over: list[float] = []
         for _ in range(runs):
             argv = [sys.executable, "-c", ALLOCATE]
-            result = asyncio.run(run_command(argv, b"", ENV, limits=Limits(memory=limit)))
+            result = run(run_command(argv, b"", ENV, limits=Limits(memory=limit)))
             assert result.usage.peak_memory is not None
             over.append((result.usage.peak_memory - limit) / (1 << 20))
         print(f"via {mode}: --max-memory 500M, 50 MB per 100 ms: overshoot MB "

@@ -425,7 +425,10 @@ class _Run:
         for fd in self.streams:
             self.loop.unwatch(fd)  # the drain rounds take over
         self.rearm()
-        self._after_poll(self._drain)
+        if self.streams:
+            self._after_poll(self._drain)
+        elif not self.drained.done():
+            self.drained.set_result(None)  # both pipes ended already: no round to drain
 
     def _drain(self) -> None:
         """One turn after the exit: the next lines of chunks already read, or else a round

@@ -346,13 +346,19 @@ class _Run:
                 # Lines of it are left: the pipe waits until they are handed on, a turn
                 # at a time, and the loop polls its other pipes and timers in between.
                 self.loop.unwatch(fd)
-                self.loop.call_soon(self._safe, self._more, fd)
+                self._after_poll(self._more, fd)
             return True
         # End of file: every writer is gone.
         self.loop.unwatch(fd)
         del self.streams[fd]
         os.close(fd)
         return True
+
+    def _after_poll(self, fn: Callable[..., object], *args: object) -> None:
+        """Call ``fn(*args)`` (through ``_safe``) once the loop has polled again, from a
+        descriptor's handler: what a handler queues runs in the same iteration (the loop's
+        rule), what a callback queues in the next."""
+        self.loop.call_soon(self.loop.call_soon, self._safe, fn, *args)
 
     def _more(self, fd: int) -> None:
         """The next turn of lines of a chunk read from ``fd``; once they are all handed on,
@@ -419,7 +425,10 @@ class _Run:
         for fd in self.streams:
             self.loop.unwatch(fd)  # the drain rounds take over
         self.rearm()
-        self.loop.call_soon(self._safe, self._drain)
+        if self.streams:
+            self._after_poll(self._drain)
+        elif not self.drained.done():
+            self.drained.set_result(None)  # both pipes ended already: no round to drain
 
     def _drain(self) -> None:
         """One turn after the exit: the next lines of chunks already read, or else a round

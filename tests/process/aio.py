@@ -3,6 +3,8 @@ loop between looks (so the runs under test go on)."""
 
 from __future__ import annotations
 
+import gc
+import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -23,6 +25,14 @@ async def until(predicate: Callable[[], T], timeout: float = 10.0, message: str 
             raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {message}")
         await sleep(0.005)
     return value
+
+
+def open_fds() -> set[str]:
+    """This process's descriptors, once garbage is collected: a closed loop keeps its wake
+    pipe's write end until it is dropped (``core.Loop.close``), and a finished run's objects
+    hold their loop in reference cycles until the collector frees them."""
+    gc.collect()
+    return set(os.listdir("/proc/self/fd"))
 
 
 def run(*args: Any, **kwargs: Any) -> ProcessResult:

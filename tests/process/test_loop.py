@@ -15,8 +15,8 @@ import pytest
 from cmdstalk_py.loop.futures import CancelledError, ensure_future
 from cmdstalk_py.loop.tools import gather, run, sleep, timeout
 from cmdstalk_py.process import KillReason, ProcessResult, Switch, run_command
-from cmdstalk_py.process.kill import POOL_WORKERS
-from tests.process.aio import until
+from cmdstalk_py.process.kill import POOL_WORKERS, in_pool
+from tests.process.aio import open_fds, until
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
@@ -169,7 +169,7 @@ def test_two_hundred_commands_on_one_loop_all_finish_with_their_output() -> None
 
 def test_cancelling_run_command_kills_and_reaps_the_command() -> None:
     pids: list[int] = []
-    fds_before = set(os.listdir("/proc/self/fd"))
+    fds_before = open_fds()
 
     async def scenario() -> None:
         task = ensure_future(
@@ -185,7 +185,7 @@ def test_cancelling_run_command_kills_and_reaps_the_command() -> None:
 
     run(scenario())
     assert our_zombies() == []
-    assert set(os.listdir("/proc/self/fd")) == fds_before
+    assert open_fds() == fds_before
 
 
 class MovableLease:
@@ -225,3 +225,20 @@ def test_a_lease_that_wakes_the_run_with_an_earlier_deadline_kills_at_once() -> 
 
     result = run(scenario())
     assert (result.killed, result.signal) == (KillReason.MAX_RUNTIME, 15)
+
+
+def test_a_pool_job_cancelled_before_it_started_never_runs() -> None:
+    # A kill given up (its waiter cancelled) must not send signals still queued in the pool.
+    release = threading.Event()
+    ran: list[int] = []
+
+    async def scenario() -> None:
+        busy = [in_pool(release.wait, 20) for _ in range(POOL_WORKERS)]
+        queued = in_pool(ran.append, 1)  # behind the busy ones
+        assert queued.cancel()
+        release.set()
+        await gather(*busy)
+        await in_pool(ran.append, 2)  # the pool is first in, first out: it ran after 1 would
+
+    run(scenario())
+    assert ran == [2]

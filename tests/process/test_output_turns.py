@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -105,46 +106,51 @@ def test_a_chunk_of_many_lines_goes_out_lines_per_turn_at_a_time() -> None:
 # -- run_command: real pipes --------------------------------------------------------------
 
 
-class Ticker:
-    """Counts the loop's iterations: one call_soon a turn, rescheduling itself."""
+class Polls:
+    """Counts the loop's polls: it stands in for the loop's epoll object and passes every
+    call on. (A callback that counts its turns would not do: this loop handles a poll's
+    events before the callbacks queued earlier, so lines read at a poll would count with
+    the turn before it.)"""
 
     def __init__(self, loop: Loop) -> None:
-        self.loop = loop
-        self.ticks = 0
-        self.running = True
-        loop.call_soon(self.tick)
+        self.epoll = loop.epoll
+        self.count = 0
+        loop.epoll = self  # type: ignore[assignment]
 
-    def tick(self) -> None:
-        self.ticks += 1
-        if self.running:
-            self.loop.call_soon(self.tick)  # runs in the next iteration, not this one
+    def poll(self, timeout: float = -1) -> list[tuple[int, int]]:
+        self.count += 1
+        return self.epoll.poll(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.epoll, name)
 
 
-Stamped = dict[str, list[tuple[int, bytes]]]  # per stream: (the iteration, the line)
+Stamped = dict[str, list[tuple[int, bytes]]]  # per stream: (the polls before it, the line)
 
 
 def run_stamped(
     script: str, on_spawned: Callable[[int], None] | None = None
 ) -> tuple[ProcessResult, Stamped, LineBudget]:
-    """Run ``script`` with a generous line budget and a ticker on the loop: the result,
-    and each stream's lines with the loop iteration each came in."""
+    """Run ``script`` with a generous line budget and its loop's polls counted: the result,
+    and each stream's lines with the loop iteration (the poll) each came in."""
     stamped: Stamped = {"out": [], "err": []}
     budget = LineBudget(rate=1000, burst=10 * LINES)
 
     async def scenario() -> ProcessResult:
-        ticker = Ticker(get_running_loop())
+        loop = get_running_loop()
+        polls = Polls(loop)
         try:
             return await run_command(
                 ["/bin/bash", "-c", script],
                 b"",
                 ENV,
-                on_stdout_line=lambda line: stamped["out"].append((ticker.ticks, line)),
-                on_stderr_line=lambda line: stamped["err"].append((ticker.ticks, line)),
+                on_stdout_line=lambda line: stamped["out"].append((polls.count, line)),
+                on_stderr_line=lambda line: stamped["err"].append((polls.count, line)),
                 line_budget=budget,
                 on_spawned=on_spawned,
             )
         finally:
-            ticker.running = False
+            loop.epoll = polls.epoll
 
     return run(scenario()), stamped, budget
 

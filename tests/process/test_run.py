@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cmdstalk_py.process import KillReason, Switch, reap_orphans
 from cmdstalk_py.process.output import LineBudget, OutputStream
 from tests.helpers import wait_until
-from tests.process.aio import run
+from tests.process.aio import open_fds, run
 
 BASH = "/bin/bash"
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -184,12 +184,12 @@ def test_long_line_without_newline_is_emitted_in_bounded_pieces() -> None:
 
 
 def test_no_file_descriptors_leak() -> None:
-    before = set(os.listdir("/proc/self/fd"))
+    before = open_fds()
     for script in ("exit 0", "exit 1", "echo out; echo err >&2"):
         run(sh(script), b"payload", ENV)
     run(["/nonexistent/cmd"], b"", ENV)
     run(sh("sleep 30"), b"", ENV, deadline=time.monotonic())
-    assert set(os.listdir("/proc/self/fd")) == before
+    assert open_fds() == before
 
 
 # -- spawn errors -----------------------------------------------------------------------

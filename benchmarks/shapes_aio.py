@@ -377,6 +377,8 @@ class ReaderConnection(ReplySplitter):
             data = self.sock.recv(65536)
         except BlockingIOError:  # a stale event (see shapes_loop.Loop)
             return
+        except ConnectionResetError:  # closed with a request unread: closed all the same
+            data = b""
         if data:
             self._received(data)
             return

@@ -48,6 +48,9 @@ else:
 
 __all__ = ["Loop", "Timer", "get_running_loop", "report_to_stderr", "set_running_loop"]
 
+#: Cancelled timers the heap may hold before a rebuild is considered (see _timer_cancelled).
+CANCELLED_REBUILD = 64
+
 #: Longest poll: epoll takes milliseconds in a C int, and a job may be delayed 2**32 s.
 MAX_POLL = 24 * 3600.0
 
@@ -55,17 +58,23 @@ MAX_POLL = 24 * 3600.0
 class Timer:
     """A callback due at ``when`` (loop time); ``cancel`` stops it from running."""
 
-    __slots__ = ("args", "callback", "cancelled", "when")
+    __slots__ = ("args", "callback", "cancelled", "loop", "when")
 
-    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(
+        self, when: float, callback: Callable[..., Any], args: tuple[Any, ...], loop: Loop
+    ) -> None:
         self.when = when
         self.callback = callback
         self.args = args
         self.cancelled = False
+        self.loop: Loop | None = loop  # None once out of the loop's heap
 
     def cancel(self) -> None:
         """Do not run (a no-op once it ran)."""
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            if self.loop is not None:
+                self.loop._timer_cancelled()
 
     def __lt__(self, other: Timer) -> bool:
         return self.when < other.when
@@ -84,6 +93,7 @@ class Loop:
         #: Called after each batch of descriptor events, before timers and callbacks.
         self.after_events: Callable[[], None] | None = None
         self._timers: list[Timer] = []
+        self._cancelled_timers = 0  # cancelled timers still in the heap
         self._ready: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         # Wakes the poll from other threads (call_soon_threadsafe) and on signals.
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -99,6 +109,10 @@ class Loop:
         self.longest_busy = 0.0
         #: The task whose step is running (``futures.current_task``).
         self.current: futures.Task[Any] | None = None
+        #: When a set (``tools.run`` makes one): the tasks started since and not done,
+        #: kept up to date by the tasks. None by default: a loop dropped with a task
+        #: pending must not keep it, and what its coroutine holds, alive.
+        self.unfinished: set[futures.Task[Any]] | None = None
         self._executor: Any = None
 
     # ---------------------------------------------------------------- clock and callbacks
@@ -123,9 +137,27 @@ class Loop:
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` once the loop time reaches ``when``."""
-        timer = Timer(when, callback, args)
+        timer = Timer(when, callback, args, self)
         heapq.heappush(self._timers, timer)
         return timer
+
+    def _timer_cancelled(self) -> None:
+        # A cancelled timer stays in the heap until it comes to the top; a worker that
+        # sets and cancels a watchdog per request would leave one per request for the
+        # whole delay. Past half the heap, and a floor, rebuild it without them.
+        self._cancelled_timers += 1
+        timers = self._timers
+        many = self._cancelled_timers
+        if many > CANCELLED_REBUILD and many * 2 > len(timers):
+            kept = []
+            for timer in timers:
+                if timer.cancelled:
+                    timer.loop = None
+                else:
+                    kept.append(timer)
+            heapq.heapify(kept)
+            self._timers = kept
+            self._cancelled_timers = 0
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` ``delay`` seconds from now."""
@@ -293,7 +325,8 @@ class Loop:
             timeout = 0.0
         elif timers:
             while timers and timers[0].cancelled:
-                heapq.heappop(timers)
+                heapq.heappop(timers).loop = None
+                self._cancelled_timers -= 1
             timeout = (
                 min(MAX_POLL, max(0.0, timers[0].when - monotonic())) if timers else -1.0
             )
@@ -318,12 +351,17 @@ class Loop:
                     after_events()
                 except Exception:  # as in _guard, without its frame on every iteration
                     self.report()
+        timers = self._timers  # a callback's cancel may have rebuilt the heap
         if timers:
             now = monotonic()
             while timers and timers[0].when <= now:
                 timer = heapq.heappop(timers)
-                if not timer.cancelled:
+                timer.loop = None
+                if timer.cancelled:
+                    self._cancelled_timers -= 1
+                else:
                     self._guard(timer.callback, timer.args)
+                timers = self._timers
         # Only what was queued before this point: callbacks queued by callbacks wait for
         # the next iteration (whose poll does not block), so input is never starved.
         for _ in range(len(ready)):
@@ -339,6 +377,11 @@ class Loop:
         except Exception:  # one failing callback must not end the server
             self.report()
 
+    def __del__(self) -> None:
+        wake_w = getattr(self, "_wake_w", None)  # None: __init__ failed before the pipe
+        if wake_w is not None:
+            _close_quietly(wake_w)
+
     def close(self) -> None:
         """Release the epoll set and the wake pipe; restore signal handlers (idempotent)."""
         if self.closed:
@@ -347,7 +390,9 @@ class Loop:
         self._restore_signals()
         self.epoll.close()
         os.close(self._wake_r)
-        os.close(self._wake_w)
+        # The write end stays open until the loop is dropped: a thread that saw the loop
+        # open a moment ago may still write its wake-up byte, which must go to this pipe
+        # (whose reader is gone: EPIPE, ignored), not to a descriptor reusing the number.
         self.handlers.clear()
         self._timers.clear()
         self._ready.clear()
@@ -377,6 +422,13 @@ def get_running_loop() -> Loop:
     if loop is None:
         raise RuntimeError("no running event loop")
     return loop
+
+
+def _close_quietly(fd: int) -> None:
+    try:  # noqa: SIM105 (contextlib is kept off the serving path: start-up time)
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def report_to_stderr() -> None:

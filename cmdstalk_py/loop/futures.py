@@ -159,7 +159,7 @@ class Future(Generic[T]):
 class Task(Future[T]):
     """A coroutine run by the loop, one step per wake-up; a future of its return value."""
 
-    __slots__ = ("_cancel_requests", "_coro", "_must_cancel", "_name", "_waiter")
+    __slots__ = ("_cancel_requests", "_coro", "_must_cancel", "_name", "_unfinished", "_waiter")
 
     def __init__(
         self, coro: Coroutine[Any, Any, T], loop: Loop, name: str | None = None
@@ -170,6 +170,9 @@ class Task(Future[T]):
         self._waiter: Future[Any] | None = None
         self._must_cancel = False
         self._cancel_requests = 0
+        self._unfinished = unfinished = loop.unfinished
+        if unfinished is not None:
+            unfinished.add(self)
         loop.call_soon(self._step, None)
 
     def get_name(self) -> str:
@@ -200,6 +203,11 @@ class Task(Future[T]):
         if self._cancel_requests > 0:
             self._cancel_requests -= 1
         return self._cancel_requests
+
+    def _schedule_callbacks(self) -> None:
+        if self._unfinished is not None:  # every way a task ends comes here
+            self._unfinished.discard(self)
+        Future._schedule_callbacks(self)
 
     def _wakeup(self, _waiter: Future[Any]) -> None:
         self._step(None)

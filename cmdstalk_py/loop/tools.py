@@ -11,7 +11,13 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cmdstalk_py.loop.core import Loop, get_running_loop
-from cmdstalk_py.loop.futures import CancelledError, Future, Task, current_task, ensure_future
+from cmdstalk_py.loop.futures import (
+    CancelledError,
+    Future,
+    Task,
+    current_task,
+    ensure_future,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
@@ -176,26 +182,28 @@ async def wait(
 
 async def gather(*awaitables: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
     """Every awaitable's result, in order. The first exception is raised at once (the
-    others go on) unless ``return_exceptions``; cancelling the gatherer cancels them all."""
+    others go on) unless ``return_exceptions``; cancelling the gatherer cancels them all,
+    and it raises ``CancelledError`` once they have ended. Unlike asyncio's (a future whose
+    ``cancel`` reaches the children at once), the children are cancelled when the gatherer
+    next steps: each may take one more step first."""
     loop = get_running_loop()
     children = [ensure_future(a, loop) for a in awaitables]
-    if not children:
-        return []
-    try:
-        if return_exceptions:
+    return_when = ALL_COMPLETED if return_exceptions else FIRST_COMPLETED
+    pending = set(children)
+    while pending:  # only the pending ones: a done one would end every wait at once
+        try:
+            done, pending = await wait(pending, return_when=return_when)
+        except CancelledError:
+            for f in children:
+                f.cancel()
+            # As asyncio's: the gatherer ends once its children have (their cleanup ran),
+            # so whoever awaited it never outlives them.
             await wait(children)
-        else:
-            while True:
-                done, pending = await wait(children, return_when=FIRST_COMPLETED)
-                for f in done:
-                    if f.cancelled() or f.exception() is not None:
-                        f.result()  # raises it
-                if not pending:
-                    break
-    except CancelledError:
-        for f in children:
-            f.cancel()
-        raise
+            raise
+        if not return_exceptions:
+            for f in children:
+                if f in done and (f.cancelled() or f.exception() is not None):
+                    f.result()  # raises it (a child's cancellation: not the others')
     results: list[Any] = []
     for f in children:
         if f.cancelled():
@@ -317,12 +325,26 @@ class Semaphore:
 
 
 def run(coro: Coroutine[Any, Any, T], loop: Loop | None = None) -> T:
-    """Run ``coro`` on ``loop`` (None: a new loop, closed after) until it returns."""
-    own = loop is None
-    if loop is None:
-        loop = Loop()
+    """Run ``coro`` on ``loop`` (None: a new loop, closed after) until it returns. On a
+    new loop, the tasks it left running are cancelled and run to their end before the
+    loop closes (asyncio.run's semantics: their cleanup runs, whatever ``coro`` did)."""
+    if loop is not None:
+        return loop.run_until_complete(coro)
+    loop = Loop()
+    unfinished: set[Task[Any]] = set()
+    loop.unfinished = unfinished
     try:
         return loop.run_until_complete(coro)
     finally:
-        if own:
+        try:
+            _end(loop, set(unfinished))
+        finally:
+            loop.unfinished = None
             loop.close()
+
+
+def _end(loop: Loop, left: set[Task[Any]]) -> None:
+    if left:
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(gather(*left, return_exceptions=True))

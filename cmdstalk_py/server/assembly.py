@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import gc
 
+from cmdstalk_py.loop.core import Loop
 from cmdstalk_py.server.config import ServerConfig
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import Journal, NullJournal
-from cmdstalk_py.loop.core import Loop
 from cmdstalk_py.server.net import Server
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)

@@ -13,6 +13,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from cmdstalk_py.loop.core import Loop
 from cmdstalk_py.server.assembly import Assembly
 from cmdstalk_py.server.config import (
     DEFAULT_FSYNC_MS,
@@ -23,7 +24,6 @@ from cmdstalk_py.server.config import (
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.journal import Journal
 from cmdstalk_py.server.limits import DEFAULT_MAX_JOB_SIZE
-from cmdstalk_py.loop.core import Loop
 from cmdstalk_py.server.net import Server
 
 if TYPE_CHECKING:

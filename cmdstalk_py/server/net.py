@@ -22,11 +22,11 @@ import os
 import select
 import sys
 
+from cmdstalk_py.loop.core import Loop, Timer
 from cmdstalk_py.server import commands
 from cmdstalk_py.server.conn import INPUT_LIMIT, RECV_SIZE, WRITE_HIGH, ServerConn
 from cmdstalk_py.server.engine import Engine
 from cmdstalk_py.server.listen import bind_listener
-from cmdstalk_py.loop.core import Loop, Timer
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:

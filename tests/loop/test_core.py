@@ -168,3 +168,40 @@ def test_close_is_idempotent_and_frees_descriptors() -> None:
     assert loop.epoll.closed
     with pytest.raises(OSError):
         os.fstat(epoll_fd)
+
+
+def test_cancelled_timers_do_not_pile_up_in_the_heap() -> None:
+    """A watchdog armed and cancelled per request, far in the future: the heap is rebuilt
+    without the cancelled ones instead of holding one per request for the whole delay."""
+    loop = Loop()
+    try:
+        kept = loop.call_later(3600, lambda: None)
+        for _ in range(10_000):
+            loop.call_later(3600, lambda: None).cancel()
+        assert len(loop._timers) <= 2 * 64 + 2
+        assert not kept.cancelled and kept in loop._timers
+        fired: list[int] = []
+        loop.call_later(0, fired.append, 1)
+        loop.call_later(0, loop.stop)
+        loop.run_forever()
+        assert fired == [1]
+    finally:
+        loop.close()
+
+
+def test_a_timer_cancelled_by_a_due_timer_does_not_run() -> None:
+    loop = Loop()
+    try:
+        ran: list[str] = []
+        later = [loop.call_later(0, ran.append, f"x{i}") for i in range(200)]
+
+        def cancel_all() -> None:
+            for timer in later:
+                timer.cancel()  # past half the heap: rebuilt while timers are being run
+
+        loop.call_at(loop.time() - 1, cancel_all)  # due first
+        loop.call_later(0.01, loop.stop)
+        loop.run_forever()
+        assert ran == []
+    finally:
+        loop.close()

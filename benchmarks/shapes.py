@@ -25,6 +25,9 @@ the same round. The shapes, each running N jobs at a time (``--workers``):
   coroutine per connection over an ``asyncio.Protocol``, the runners of ``poll-loop`` on
   ``loop.add_reader`` (``shapes_aio.py``); ``uvloop`` and ``uvloop-full`` the same on uvloop
   (skipped, with the reason, where it cannot be imported).
+- ``own-coro`` and ``own-coro-full`` (issue 26): the same coroutines and runners on the
+  project's own loop (``cmdstalk_py.loop``: ``core.Loop``, its futures and tasks), each
+  connection a non-blocking socket read on ``add_reader`` (the loop has no transports).
 
 The command is drain.py's (``/bin/bash -c 'cat >/dev/null'``, its payload on stdin). Each
 queue shape drains a fresh tube of the real beanstalkd (started here on 127.0.0.1): the
@@ -43,8 +46,9 @@ all but the log line): its CPU per job against ``poll-loop-full``'s is what that
 costs this process per job.
 
 ``--patterns`` adds the other ways to write an asyncio worker (``shapes_aio.py``: a
-BufferedProtocol, streams, ``sock_recv``, plain callbacks, ``create_subprocess_exec``), on
-each loop. ``--shapes a,b`` runs only those (raw always). Each round's header shows the load
+BufferedProtocol, streams, ``sock_recv``, the own loop's socket on ``add_reader``, plain
+callbacks, ``create_subprocess_exec``), on each loop, and ``Slot``'s callbacks on the own
+loop. ``--shapes a,b`` runs only those (raw always). Each round's header shows the load
 average: on a machine busy with other work the rates say little (one loop thread gets one
 thread's share of the CPU, raw's four threads four shares); CPU per job holds up better.
 
@@ -55,7 +59,6 @@ Usage: ``python benchmarks/shapes.py [--quick] [--jobs N] [--workers N] [--round
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import statistics
@@ -80,7 +83,7 @@ from drain import (
     running,
     time_raw_parallel,
 )
-from shapes_aio import Variant, Workers, new_uvloop, uvloop_missing
+from shapes_aio import ASYNCIO, OWN, UVLOOP, Variant, Workers, uvloop_missing
 from shapes_loop import FEATURES, BareRunner, FullRunner, Loop, Reactor, Runner, Slot, connect
 
 from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
@@ -89,14 +92,15 @@ from tests.helpers import BeanstalkServer, beanstalkd_path, running_beanstalkd
 #: list (the drain then stops waiting and raises it).
 Shape = Callable[[BeanstalkServer, str, int, list[BaseException]], AbstractContextManager[None]]
 MakeRunner = Callable[[Reactor, str, dict[str, str]], Runner]
-ORDER = ("raw", "threads", "poll-loop", "poll-loop-full", "asyncio", "asyncio-full", "uvloop",
-         "uvloop-full")  # fmt: skip
+ORDER = ("raw", "threads", "poll-loop", "poll-loop-full", "own-coro", "own-coro-full", "asyncio",
+         "asyncio-full", "uvloop", "uvloop-full")  # fmt: skip
 #: ``--ablate``: ``poll-loop-full`` without each of its features in turn, e.g. ``full -log``.
 ABLATIONS = tuple(f"full -{feature}" for feature in sorted(FEATURES))
 #: ``--patterns``: the other ways to write an asyncio worker (``shapes_aio``), per loop.
-PATTERNS = ("asyncio buffered", "asyncio streams", "asyncio sock", "asyncio callbacks",
-            "asyncio subprocess", "asyncio subprocess-pidfd", "uvloop buffered", "uvloop streams",
-            "uvloop sock", "uvloop callbacks", "uvloop subprocess")  # fmt: skip
+PATTERNS = ("own callbacks", "asyncio buffered", "asyncio streams", "asyncio sock",
+            "asyncio reader", "asyncio callbacks", "asyncio subprocess", "asyncio subprocess-pidfd",
+            "uvloop buffered", "uvloop streams", "uvloop sock", "uvloop reader", "uvloop callbacks",
+            "uvloop subprocess")  # fmt: skip
 #: Per worker count, the ``x raw`` the supervisor's redesign (issue 26) aims at.
 TARGETS = {1: 0.95, 4: 0.88}
 DRAIN_TIMEOUT = 600.0
@@ -206,33 +210,38 @@ def poll_loop_workers(
 
 
 @contextmanager
-def asyncio_workers(
+def event_loop_workers(
     server: BeanstalkServer,
     tube: str,
     count: int,
     failures: list[BaseException],
     variant: Variant,
 ) -> Iterator[None]:
-    """``asyncio``, ``uvloop`` and ``--patterns``: one event loop in one thread."""
+    """``own-coro``, ``asyncio``, ``uvloop`` and ``--patterns``: one event loop in one
+    thread."""
     with Workers(variant, server, tube, failures).running(count, child_env()):
         yield
 
 
 def variants() -> dict[str, Variant]:
-    """Each asyncio shape by name (``SHAPES`` runs them through ``asyncio_workers``)."""
-    variants: dict[str, Variant] = {}
-    for name, new_loop in (("asyncio", asyncio.new_event_loop), ("uvloop", new_uvloop)):
-        variants[name] = Variant(new_loop)
-        variants[f"{name}-full"] = Variant(new_loop, make_runner=FullRunner)
-        for pattern in ("buffered", "streams", "sock", "callbacks"):
-            variants[f"{name} {pattern}"] = Variant(new_loop, pattern=pattern)
-        variants[f"{name} subprocess"] = Variant(new_loop, spawn="subprocess")
-    variants["asyncio subprocess-pidfd"] = Variant(asyncio.new_event_loop, spawn="subprocess-pidfd")
+    """Each event-loop shape by name (``SHAPES`` runs them through ``event_loop_workers``)."""
+    variants = {
+        "own-coro": Variant(OWN, pattern="reader"),
+        "own-coro-full": Variant(OWN, pattern="reader", make_runner=FullRunner),
+        "own callbacks": Variant(OWN, pattern="callbacks"),
+    }
+    for name, kind in (("asyncio", ASYNCIO), ("uvloop", UVLOOP)):
+        variants[name] = Variant(kind)
+        variants[f"{name}-full"] = Variant(kind, make_runner=FullRunner)
+        for pattern in ("buffered", "streams", "sock", "reader", "callbacks"):
+            variants[f"{name} {pattern}"] = Variant(kind, pattern=pattern)
+        variants[f"{name} subprocess"] = Variant(kind, spawn="subprocess")
+    variants["asyncio subprocess-pidfd"] = Variant(ASYNCIO, spawn="subprocess-pidfd")
     return variants
 
 
 SHAPES: dict[str, Shape] = {
-    **{name: partial(asyncio_workers, variant=variant) for name, variant in variants().items()},
+    **{name: partial(event_loop_workers, variant=variant) for name, variant in variants().items()},
     "threads": thread_workers,
     "poll-loop": partial(poll_loop_workers, make_runner=BareRunner),
     "poll-loop-full": partial(poll_loop_workers, make_runner=FullRunner),
@@ -377,8 +386,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--patterns", action="store_true",
-        help="also the other ways to write an asyncio worker (streams, sock, callbacks, "
-        "create_subprocess_exec)",
+        help="also the other ways to write an event-loop worker (streams, sock, reader, "
+        "callbacks, create_subprocess_exec)",
     )  # fmt: skip
     args = parser.parse_args()
     jobs, rounds = (200, 1) if args.quick else (args.jobs, args.rounds)

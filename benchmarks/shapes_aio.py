@@ -1,7 +1,11 @@
-"""The asyncio worker shapes of ``shapes.py``: N workers on one asyncio event loop.
+"""The coroutine worker shapes of ``shapes.py``: N workers on one event loop.
 
-The loop runs in one thread of the benchmark (the main thread polls the queue). How a
-worker talks to beanstalkd is the ``pattern``:
+The worker's code (``work``, the connections' reply framing, the runners' reactor) is one
+body; the event loop under it is the variant's ``LoopKind``: asyncio's (``ASYNCIO``),
+uvloop's (``UVLOOP``) or the project's own (``OWN``: ``cmdstalk_py.loop``'s ``core.Loop``,
+its futures, tasks and ``tools.gather``), which the supervisor moves to (issue 26). The
+loop runs in one thread of the benchmark (the main thread polls the queue). How a worker
+talks to beanstalkd is the ``pattern``:
 
 - ``protocol``: a coroutine per connection over an ``asyncio.Protocol`` that splits the
   replies out of ``data_received`` and hands each to the waiting request's future;
@@ -11,18 +15,27 @@ worker talks to beanstalkd is the ``pattern``:
   writer (``readuntil`` / ``readexactly``);
 - ``sock``: a coroutine per connection on a raw non-blocking socket with
   ``loop.sock_recv`` / ``loop.sock_sendall``;
+- ``reader``: a coroutine per connection on a non-blocking socket read when
+  ``loop.add_reader`` says it is readable, the replies split as ``protocol`` splits them:
+  what a loop without transports offers (the own loop's pattern; on asyncio, how much of
+  the difference is the loop's);
 - ``callbacks``: no coroutines at all, ``shapes_loop.Slot``'s state machine with the
   socket's readiness from ``loop.add_reader``.
+
+The own loop has no transports, streams or ``sock_*`` calls: it runs ``reader`` and
+``callbacks`` only.
 
 How its command runs is the ``spawn``:
 
 - ``own``: ``shapes_loop``'s runners (``os.posix_spawn``, the exit seen on a pidfd with
   ``loop.add_reader``; ``FullRunner``'s pipes read the same way), the payload written
-  non-blocking (``AsyncioReactor.write_payload``); the coroutine awaits a future the runner
+  non-blocking (``LoopReactor.write_payload``); the coroutine awaits a future the runner
   completes;
 - ``subprocess``: ``asyncio.create_subprocess_exec``, the payload written to its stdin, with
   the policy's child watcher (Python 3.11: a thread per child waiting in ``waitpid``);
 - ``subprocess-pidfd``: the same with ``asyncio.PidfdChildWatcher``.
+
+(``subprocess`` and ``subprocess-pidfd`` are asyncio's only.)
 
 Every variant does what ``poll-loop`` does per job: reserve, stats-job, the command, delete.
 """
@@ -37,22 +50,27 @@ import socket
 import sys
 import threading
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from drain import ARGV
-from shapes_loop import BareRunner, Runner, Slot, connect, split_reply
+from shapes_loop import BareRunner, Runner, Slot, connect, send_whole, split_reply
 
 from cmdstalk_py.client.replies import parse_int, parse_reply
+from cmdstalk_py.loop import tools
+from cmdstalk_py.loop.core import Loop
 from tests.helpers import BeanstalkServer
 
+T = TypeVar("T")
 #: Runs one job's command to its end; raises if it failed.
 RunJob = Callable[[int, bytes, bytes], Awaitable[None]]
-MakeRunner = Callable[["AsyncioReactor", str, dict[str, str], Sequence[str]], Runner]
-PATTERNS = ("protocol", "buffered", "streams", "sock", "callbacks")
+MakeRunner = Callable[["LoopReactor", str, dict[str, str], Sequence[str]], Runner]
+#: Where a worker's failure goes (the drain stops on it).
+Fail = Callable[[BaseException], None]
+PATTERNS = ("protocol", "buffered", "streams", "sock", "reader", "callbacks")
 SPAWNS = ("own", "subprocess", "subprocess-pidfd")
 
 
@@ -72,12 +90,98 @@ def new_uvloop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-class AsyncioReactor:
-    """``shapes_loop.Reactor`` on an asyncio loop: runners and slots run on it unchanged."""
+# -- what the workers need of an event loop (asyncio's, uvloop's and core.Loop have it) -----
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+
+class Waiter(Protocol[T]):
+    """A future of either loop (``asyncio.Future``, ``futures.Future``)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: T, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+    def __await__(self) -> Generator[Any, None, T]: ...
+
+
+class Running(Protocol):
+    """A task of either loop, as the workers watch it."""
+
+    def cancel(self) -> bool: ...
+
+    def cancelled(self) -> bool: ...
+
+    def exception(self) -> BaseException | None: ...
+
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None: ...
+
+
+class EventLoop(Protocol):
+    """The loop methods the workers call: the same names on every loop."""
+
+    def create_future(self) -> Waiter[Any]: ...
+
+    def create_task(self, coro: Coroutine[Any, Any, None], /) -> Running: ...
+
+    def add_reader(self, fd: int, callback: Callable[[], object], /) -> None: ...
+
+    def remove_reader(self, fd: int, /) -> object: ...
+
+    def add_writer(self, fd: int, callback: Callable[[], object], /) -> None: ...
+
+    def remove_writer(self, fd: int, /) -> object: ...
+
+    def call_soon_threadsafe(self, callback: Callable[[], object], /) -> object: ...
+
+    def run_until_complete(self, coro: Coroutine[Any, Any, None], /) -> object: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoopKind:
+    """One kind of event loop: how to make one, and its module's ``gather``."""
+
+    new_loop: Callable[[Fail], EventLoop]  # a loop whose callbacks' exceptions go to Fail
+    gather: Callable[..., Awaitable[object]]
+
+
+def asyncio_loops(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> Callable[[Fail], EventLoop]:
+    """``new_loop`` with an exception handler: a callback's exception (a runner's handler
+    raised) goes to ``fail``."""
+
+    def new(fail: Fail) -> EventLoop:
+        def uncaught(_loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+            exc = context.get("exception")
+            fail(exc if isinstance(exc, BaseException) else RuntimeError(context["message"]))
+
+        loop = new_loop()
+        loop.set_exception_handler(uncaught)
+        return loop
+
+    return new
+
+
+def own_loop(fail: Fail) -> EventLoop:
+    """A ``core.Loop`` whose callbacks' exceptions go to ``fail`` (``Loop.report`` is
+    called in the ``except`` block that caught one)."""
+    return Loop(report=lambda: fail(sys.exc_info()[1] or RuntimeError("reported, not raised")))
+
+
+ASYNCIO = LoopKind(asyncio_loops(asyncio.new_event_loop), asyncio.gather)
+UVLOOP = LoopKind(asyncio_loops(new_uvloop), asyncio.gather)
+OWN = LoopKind(own_loop, tools.gather)
+
+
+class LoopReactor:
+    """``shapes_loop.Reactor`` on an event loop's ``add_reader``: runners and slots run on
+    it unchanged."""
+
+    def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        self.writing: set[int] = set()  # stdin pipes with part of a payload still to write
+        #: stdin pipes with part of a payload still to write, and that part
+        self.writing: dict[int, memoryview] = {}
 
     def watch(self, fd: int, handler: Callable[[], None]) -> None:
         self.loop.add_reader(fd, handler)
@@ -102,13 +206,18 @@ class AsyncioReactor:
         except BrokenPipeError:  # the command exited without reading: its status tells
             rest = rest[:0]
         if rest:
-            self.writing.add(fd)
-            self.loop.add_writer(fd, self._write, fd, rest)  # replaces the previous one
+            # One writer per pipe, added once: core.Loop takes one handler per descriptor
+            # (a second add_writer would fail), so the rest waits here, not in its args.
+            if fd not in self.writing:
+                self.loop.add_writer(fd, partial(self._write_rest, fd))
+            self.writing[fd] = rest
             return
-        if fd in self.writing:
-            self.writing.discard(fd)
+        if self.writing.pop(fd, None) is not None:
             self.loop.remove_writer(fd)
         os.close(fd)
+
+    def _write_rest(self, fd: int) -> None:
+        self._write(fd, self.writing[fd])
 
     def close(self) -> None:
         for fd in self.writing:
@@ -136,20 +245,13 @@ async def watch_only(conn: Connection, tube: str) -> None:
     await conn.request(b"ignore default\r\n", b"WATCHING", 1, False)
 
 
-class ReplyProtocol(asyncio.Protocol):
-    """``protocol``: replies split out of ``data_received``, each to its request's future."""
+class ReplySplitter:
+    """Replies split out of the bytes received, each to the waiting request's future."""
 
     def __init__(self) -> None:
         self.buffer = b""
         self.expect: tuple[bytes, int, bool] = (b"", 0, False)
-        self.waiter: asyncio.Future[tuple[list[bytes], bytes]] | None = None
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._received(data)
+        self.waiter: Waiter[tuple[list[bytes], bytes]] | None = None
 
     def _received(self, data: bytes) -> None:
         self.buffer += data
@@ -167,18 +269,36 @@ class ReplyProtocol(asyncio.Protocol):
             self.waiter = None
             waiter.set_result((values, body))
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _lost(self) -> None:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(ConnectionError("beanstalkd closed a connection"))
+
+
+class ReplyProtocol(ReplySplitter, asyncio.Protocol):
+    """``protocol``: replies split out of ``data_received``, each to its request's future."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost()
 
     async def request(
         self, command: bytes, word: bytes, arity: int, with_body: bool
     ) -> tuple[list[bytes], bytes]:
         assert self.transport is not None
         self.expect = (word, arity, with_body)
-        self.waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[tuple[list[bytes], bytes]]
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
         self.transport.write(command)
-        return await self.waiter
+        return await waiter
 
     def close(self) -> None:
         if self.transport is not None:
@@ -244,8 +364,54 @@ class SockConnection:
         self.sock.close()
 
 
-async def open_connection(pattern: str, server: BeanstalkServer, tube: str) -> Connection:
-    """A connection of ``pattern`` (not ``callbacks``) watching only ``tube``."""
+class ReaderConnection(ReplySplitter):
+    """``reader``: a non-blocking socket read when the loop's ``add_reader`` calls."""
+
+    def __init__(self, loop: EventLoop, sock: socket.socket) -> None:
+        super().__init__()
+        self.loop, self.sock = loop, sock
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:  # a stale event (see shapes_loop.Loop)
+            return
+        except ConnectionResetError:  # closed with a request unread: closed all the same
+            data = b""
+        if data:
+            self._received(data)
+            return
+        self.loop.remove_reader(self.sock.fileno())  # else it is readable for ever
+        self._lost()
+
+    async def request(
+        self, command: bytes, word: bytes, arity: int, with_body: bool
+    ) -> tuple[list[bytes], bytes]:
+        self.expect = (word, arity, with_body)
+        waiter: Waiter[tuple[list[bytes], bytes]]
+        self.waiter = waiter = self.loop.create_future()
+        send_whole(self.sock, command)
+        return await waiter
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+async def open_connection(
+    pattern: str, loop: EventLoop, server: BeanstalkServer, tube: str
+) -> Connection:
+    """A connection of ``pattern`` (not ``callbacks``) on ``loop``, watching only ``tube``."""
+    if pattern == "reader":
+        # Set up blocking (before the drain's clock: nothing else runs yet), as the
+        # poll-loop shapes' connections are; the own loop has no connect of its own.
+        return ReaderConnection(loop, connect(server.host, server.port, tube))
+    return await open_asyncio_connection(pattern, server, tube)
+
+
+async def open_asyncio_connection(pattern: str, server: BeanstalkServer, tube: str) -> Connection:
+    """A connection of an asyncio-only ``pattern`` watching only ``tube``."""
     loop = asyncio.get_running_loop()
     conn: Connection
     if pattern == "protocol":
@@ -278,11 +444,11 @@ async def work(conn: Connection, run: RunJob) -> None:
 # -- the commands -----------------------------------------------------------------------------
 
 
-def run_with(runner: Runner) -> RunJob:
-    """``own``: the runner starts the command; its end completes a future."""
+def run_with(runner: Runner, loop: EventLoop) -> RunJob:
+    """``own``: the runner starts the command; its end completes a future of ``loop``."""
 
     async def run(job_id: int, body: bytes, stats: bytes) -> None:
-        over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        over: Waiter[None] = loop.create_future()
         runner.start(job_id, body, stats, partial(over.set_result, None))
         await over
 
@@ -325,11 +491,12 @@ class Subprocesses:
         for proc in self.live:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-        await asyncio.gather(*(proc.wait() for proc in self.live))
+        if self.live:  # asyncio's gather: none run on the own loop
+            await asyncio.gather(*(proc.wait() for proc in self.live))
 
 
 @contextmanager
-def child_watcher(spawn: str, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+def child_watcher(spawn: str, loop: EventLoop) -> Iterator[None]:
     """``subprocess-pidfd``: the policy's child watcher is a pidfd one, on ``loop``, while
     the block runs (Python 3.11's watches one loop; 3.12's picks the running one)."""
     if spawn != "subprocess-pidfd":
@@ -340,7 +507,7 @@ def child_watcher(spawn: str, loop: asyncio.AbstractEventLoop) -> Iterator[None]
         policy = asyncio.get_event_loop_policy()
         before = policy.get_child_watcher()
         watcher = asyncio.PidfdChildWatcher()
-        watcher.attach_loop(loop)
+        watcher.attach_loop(cast(asyncio.AbstractEventLoop, loop))  # asyncio's spawn only
         policy.set_child_watcher(watcher)
         try:
             yield
@@ -354,9 +521,9 @@ def child_watcher(spawn: str, loop: asyncio.AbstractEventLoop) -> Iterator[None]
 
 @dataclass(frozen=True)
 class Variant:
-    """One asyncio shape: its loop, connection pattern, spawn and runner."""
+    """One coroutine shape: its loop, connection pattern, spawn and runner."""
 
-    new_loop: Callable[[], asyncio.AbstractEventLoop]
+    kind: LoopKind
     pattern: str = "protocol"
     spawn: str = "own"
     make_runner: MakeRunner = BareRunner
@@ -370,26 +537,20 @@ class Workers:
         self, variant: Variant, server: BeanstalkServer, tube: str, failures: list[BaseException]
     ) -> None:
         self.variant, self.server, self.tube, self.failures = variant, server, tube, failures
-        self.loop = variant.new_loop()
-        self.loop.set_exception_handler(self._uncaught)
-        self.stop: asyncio.Future[None] = self.loop.create_future()
-
-    def _uncaught(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
-        """A callback's exception (a runner's handler raised): the drain stops on it."""
-        exc = context.get("exception")
-        self._fail(exc if isinstance(exc, BaseException) else RuntimeError(context["message"]))
+        self.loop = variant.kind.new_loop(self._fail)
+        self.stop: Waiter[None] = self.loop.create_future()
 
     def _fail(self, exc: BaseException) -> None:
         self.failures.append(exc)
         if not self.stop.done():
             self.stop.set_result(None)
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, task: Running) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._fail(exc)
 
     async def serve(self, count: int, env: dict[str, str]) -> None:
-        reactor = AsyncioReactor(self.loop)
+        reactor = LoopReactor(self.loop)
         runner = self.variant.make_runner(reactor, self.tube, env, self.variant.argv)
         conns: list[Connection] = []
         socks: list[socket.socket] = []
@@ -403,15 +564,17 @@ class Workers:
                 await self.stop
                 return
             for _ in range(count):
-                conns.append(await open_connection(self.variant.pattern, self.server, self.tube))
-            run = run_with(runner) if self.variant.spawn == "own" else subprocesses.run
+                conns.append(
+                    await open_connection(self.variant.pattern, self.loop, self.server, self.tube)
+                )
+            run = run_with(runner, self.loop) if self.variant.spawn == "own" else subprocesses.run
             tasks = [self.loop.create_task(work(conn, run)) for conn in conns]
             for task in tasks:
                 task.add_done_callback(self._ended)
             await self.stop
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.variant.kind.gather(*tasks, return_exceptions=True)
         finally:
             for sock in socks:
                 self.loop.remove_reader(sock.fileno())

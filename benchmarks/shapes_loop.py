@@ -85,7 +85,8 @@ class Loop:
 
 class Reactor(Protocol):
     """What slots and runners need of a loop: an fd's readiness calls its handler.
-    ``Loop`` is one; ``shapes_aio.AsyncioReactor`` puts the same on an asyncio loop."""
+    ``Loop`` is one; ``shapes_aio.LoopReactor`` puts the same on asyncio's loop or on
+    ``cmdstalk_py.loop``'s."""
 
     def watch(self, fd: int, handler: Callable[[], None]) -> None: ...
 
@@ -160,6 +161,14 @@ def connect(host: str, port: int, tube: str) -> socket.socket:
     return sock
 
 
+def send_whole(sock: socket.socket, command: bytes) -> None:
+    """``command`` on a non-blocking connection. One short command at a time on a
+    connection whose last reply was read: its send buffer is empty, so one send takes it
+    whole."""
+    if sock.send(command) != len(command):
+        raise RuntimeError(f"short send of {command!r}")
+
+
 class Slot:
     """One connection running one job at a time: reserve -> stats-job -> the command ->
     delete -> reserve again."""
@@ -173,10 +182,7 @@ class Slot:
         self._send(b"reserve\r\n")
 
     def _send(self, command: bytes) -> None:
-        # One short command at a time on a connection whose last reply was read: its send
-        # buffer is empty, so a non-blocking send takes it whole.
-        if self.sock.send(command) != len(command):
-            raise RuntimeError(f"short send of {command!r}")
+        send_whole(self.sock, command)
 
     def readable(self) -> None:
         try:

@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import select
 import signal
 import socket
 import threading
@@ -153,24 +154,50 @@ def _run_brokers(
 
 def _die_with_the_executor(stop: threading.Event, kill_now: threading.Event) -> Any:
     """Kill this task's commands when its executor goes: pyspark's daemon sends SIGHUP to
-    its workers when the JVM closes its stdin; a worker whose parent died is reparented."""
+    its workers when the JVM closes its stdin; a worker whose parent died is reparented.
+    A watcher thread acts on either until ``stop`` is set (also at the task's end).
 
-    def kill(*_: object) -> None:
-        stop.set()
-        kill_now.set()
+    The SIGHUP handler only writes a byte to a pipe the watcher waits on: a handler that
+    set the Events itself would take their lock, and a second SIGHUP arriving while the
+    first one's ``set()`` held it deadlocked the task for good (its commands left as
+    zombies, its job held until its TTR)."""
+    wake_r, wake_w = _sighup_pipe()
+    with contextlib.suppress(BlockingIOError):
+        while os.read(wake_r, 4096):  # a SIGHUP from before this task is not for it
+            pass
+
+    def on_sighup(*_: object) -> None:
+        with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
+            os.write(wake_w, b"\0")
 
     previous = None
     with contextlib.suppress(ValueError):  # not the main thread: the watchdog still works
-        previous = signal.signal(signal.SIGHUP, kill)
+        previous = signal.signal(signal.SIGHUP, on_sighup)
     parent = os.getppid()
 
     def watch() -> None:
-        while not stop.wait(0.5):
-            if os.getppid() != parent:
-                kill()
+        while not stop.is_set():
+            readable, _, _ = select.select([wake_r], [], [], WATCH_INTERVAL)
+            if readable or os.getppid() != parent:
+                stop.set()
+                kill_now.set()
+                return
 
     threading.Thread(target=watch, name="executor-watch", daemon=True).start()
     return previous
+
+
+#: How often the executor watcher looks for a new parent (and for ``stop``), seconds.
+WATCH_INTERVAL = 0.5
+_SIGHUP_PIPE: list[int] = []
+
+
+def _sighup_pipe() -> tuple[int, int]:
+    """The process's one SIGHUP pipe (read end, write end), made at first use and never
+    closed: a handler may write to it at any moment, even after its task ended."""
+    if not _SIGHUP_PIPE:
+        _SIGHUP_PIPE.extend(os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
+    return _SIGHUP_PIPE[0], _SIGHUP_PIPE[1]
 
 
 class _Warnings(logging.Handler):

@@ -97,6 +97,7 @@ class AsyncClient:
         # workers must not hold a thousand buffers.
         self._rx_view = _receive_buffer()
         self._unsent = bytearray()  # request bytes the kernel has not taken yet, in order
+        self._held: list[bytes] | None = None  # requests made between hold() and send_held()
         self._pending: deque[_Pending] = deque()
         self._last_rx = self._loop.time()
         self._watchdog: Timer | None = None
@@ -169,7 +170,23 @@ class AsyncClient:
             self._watchdog.cancel()
             self._watchdog = None
 
+    def hold(self) -> None:
+        """Keep the requests made from now until ``send_held`` for one write: a job's
+        final command and the next reserve go out as one segment, which the server reads
+        at one wake-up (two writes are two segments: the socket does not delay sends)."""
+        if self._held is None:
+            self._held = []
+
+    def send_held(self) -> None:
+        """Write what ``hold`` kept, at once (nothing: no write)."""
+        held, self._held = self._held, None
+        if held and self._error is None:
+            self._write(b"".join(held))
+
     def _write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append(data)
+            return
         if self._unsent:  # behind bytes still waiting: in order, after them
             if len(self._unsent) > MAX_UNSENT:
                 unsent = len(self._unsent)

@@ -147,9 +147,13 @@ class JobHandler:
             decision = run.decide(proc, stopping=self.switches.stop.is_set())
             error = proc.spawn_error
         hooks.done()  # before the next claim: this job's slot is free again
-        reply = self._send_act(client, job, decision, stats["pri"])
-        if ahead and reply is not None:
-            hooks.send_ahead(client)
+        client.hold()  # the final command and the next reserve in one write
+        try:
+            reply = self._send_act(client, job, decision, stats["pri"])
+            if ahead and reply is not None:
+                hooks.send_ahead(client)
+        finally:
+            client.send_held()
         outcome, act_error = await self._act_result(reply, decision)
         return JobResult(
             job_id=job.id,

@@ -320,6 +320,31 @@ def test_replies_split_over_many_reads_are_put_together_in_order() -> None:
         assert run(session) == ["split", 2, [b"split"], 0]
 
 
+def test_held_requests_wait_for_send_held_and_go_out_in_order() -> None:
+    """A job's final command and the next reserve: held, nothing is sent; then both at once,
+    in order, and each still gets its own reply."""
+    with listening() as listener:
+
+        async def session() -> list[object]:
+            client, peer = await connect_to(listener)
+            with peer:
+                client.hold()
+                deleted, reserved = client.delete(7), client.reserve()
+                await tools.sleep(0.05)  # time for a send to arrive, were one made
+                peer.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    peer.recv(64)
+                peer.settimeout(10)
+                client.send_held()
+                sent = b"delete 7\r\nreserve\r\n"
+                assert recv_exactly(peer, len(sent)) == sent
+                peer.sendall(b"DELETED\r\nRESERVED 8 2\r\nhi\r\n")
+                job = await reserved
+                return [await deleted, job.id, job.body, client.in_flight]
+
+        assert run(session) == [[], 8, b"hi", 0]
+
+
 def test_a_server_that_never_answers_is_cut_off_after_the_io_timeout() -> None:
     with listening() as listener:
 

@@ -281,24 +281,37 @@ def ensure_future(awaitable: Awaitable[T], loop: Loop | None = None) -> Future[T
 
 def wrap_concurrent(done_later: ConcurrentFuture[T], loop: Loop) -> Future[T]:
     """A future of ``loop`` that takes the outcome of a ``concurrent.futures`` one (set
-    in another thread); cancelling ours does not stop a call already running."""
-    future: Future[T] = Future(loop)
+    in another thread). Cancelling ours cancels a call not started yet, as asyncio's
+    executor futures do (a kill given up must not send the signals queued behind it); a
+    call already running runs on, and nobody reads its outcome."""
+    return _FromThread(loop, done_later)
 
-    def copy(source: ConcurrentFuture[T]) -> None:
-        if future.done():
+
+class _FromThread(Future[T]):
+    __slots__ = ("_source",)
+
+    def __init__(self, loop: Loop, source: ConcurrentFuture[T]) -> None:
+        super().__init__(loop)
+        self._source = source
+        source.add_done_callback(self._arrived)
+
+    def cancel(self, msg: object = None) -> bool:
+        self._source.cancel()
+        return super().cancel(msg)
+
+    def _arrived(self, source: ConcurrentFuture[T]) -> None:
+        """In the thread that ended the call (or this one, for a call cancelled first)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._copy, source)
+
+    def _copy(self, source: ConcurrentFuture[T]) -> None:
+        if self.done():
             return
         if source.cancelled():
-            future.cancel()
+            super().cancel()
             return
         error = source.exception()
         if error is not None:
-            future.set_exception(error)
+            self.set_exception(error)
         else:
-            future.set_result(source.result())
-
-    def arrived(source: ConcurrentFuture[T]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(copy, source)
-
-    done_later.add_done_callback(arrived)
-    return future
+            self.set_result(source.result())

@@ -28,13 +28,12 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future as PoolFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import psutil
 
-from cmdstalk_py.loop.core import Loop, get_running_loop
+from cmdstalk_py.loop.core import get_running_loop
 from cmdstalk_py.loop.futures import Future, ensure_future
 from cmdstalk_py.loop.tools import gather, sleep
 from cmdstalk_py.process.marker import marked_descendants
@@ -66,42 +65,9 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def in_pool(fn: Callable[..., _T], *args: object) -> Future[_T]:
-    """Run ``fn(*args)`` in the process package's thread pool; await the result on the loop."""
-    return _PoolJob(get_running_loop(), _executor().submit(fn, *args))
-
-
-class _PoolJob(Future[_T]):
-    """A pool job's outcome, a future of the loop. Cancelling it also cancels the job if
-    it has not started, as an executor's future on asyncio did (``wrap_concurrent`` lets
-    it run): a kill given up must not send the signals still queued behind it."""
-
-    __slots__ = ("_job",)
-
-    def __init__(self, loop: Loop, job: PoolFuture[_T]) -> None:
-        super().__init__(loop)
-        self._job = job
-        job.add_done_callback(self._arrived)
-
-    def cancel(self, msg: object = None) -> bool:
-        self._job.cancel()
-        return super().cancel(msg)
-
-    def _arrived(self, job: PoolFuture[_T]) -> None:
-        """In the pool's thread (or the loop's, for a job cancelled before it ran)."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            self._loop.call_soon_threadsafe(self._copy, job)
-
-    def _copy(self, job: PoolFuture[_T]) -> None:
-        if self.done():
-            return
-        if job.cancelled():
-            super().cancel()
-            return
-        error = job.exception()
-        if error is not None:
-            self.set_exception(error)
-        else:
-            self.set_result(job.result())
+    """Run ``fn(*args)`` in the process package's thread pool; await the result on the loop.
+    Cancelled before it starts, it never runs (a kill given up sends nothing more)."""
+    return get_running_loop().run_in_executor(_executor(), fn, *args)
 
 
 def set_child_subreaper(enabled: bool = True) -> bool:

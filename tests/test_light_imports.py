@@ -59,3 +59,23 @@ def test_supervisor_runs_without_asyncio() -> None:
         "cmdstalk_py.spark.drain"
     )
     assert "asyncio" not in modules
+
+
+def test_connecting_to_a_numeric_address_loads_no_idna_codec() -> None:
+    # getaddrinfo encodes a str host with the "idna" codec (unicodedata, stringprep): a
+    # noticeable part of the supervisor's start-up, for nothing when the host is ASCII.
+    probe = (
+        "import socket, sys\n"
+        "from cmdstalk_py.loop import tools\n"
+        "from cmdstalk_py.client.aio import AsyncClient\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "async def main():\n"
+        "    client = await AsyncClient.open('127.0.0.1', server.getsockname()[1])\n"
+        "    client.close()\n"
+        "tools.run(main())\n"
+        "print('encodings.idna' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False", out

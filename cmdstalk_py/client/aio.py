@@ -401,15 +401,18 @@ async def _connect(host: str, port: int) -> socket.socket:
 async def _addresses(host: str, port: int) -> list[Any]:
     """``getaddrinfo``'s stream addresses of ``host``: a numeric address (IPv4 or IPv6)
     at once; a name in the loop's executor, since resolving it may block for seconds."""
+    # An ASCII host as bytes: given a str, getaddrinfo encodes it with the "idna" codec,
+    # whose import (unicodedata, stringprep) is a noticeable part of the start-up.
+    given: str | bytes = host.encode("ascii") if host.isascii() else host
     try:
         return socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+            given, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
         )
     except socket.gaierror:
         pass  # a name
     try:
         infos: list[Any] = await get_running_loop().run_in_executor(
-            None, socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM
+            None, socket.getaddrinfo, given, port, 0, socket.SOCK_STREAM
         )
     except socket.gaierror as e:  # its own message does not say which name
         raise socket.gaierror(e.errno, f"cannot resolve {host!r}: {e.strerror}") from None

@@ -1,4 +1,4 @@
-"""What the tests of the coroutine kernel (futures, tools) share: a loop closed after each
+"""What the tests of the loop (core, futures, tools) share: a loop closed after each
 test, and ``drive``, which runs a coroutine (or waits for a future) on it with a backstop,
 so a wake-up that never comes fails the test instead of hanging it."""
 

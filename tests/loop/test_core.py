@@ -12,21 +12,11 @@ import select
 import signal
 import socket
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from cmdstalk_py.loop.core import MAX_POLL, Loop
 from tests.helpers import wait_until
-
-
-@pytest.fixture
-def loop() -> Iterator[Loop]:
-    lp = Loop()
-    try:
-        yield lp
-    finally:
-        lp.close()
 
 
 def test_timers_run_in_deadline_order_and_cancelled_ones_never(loop: Loop) -> None:

@@ -325,12 +325,12 @@ class Semaphore:
 
 
 def run(coro: Coroutine[Any, Any, T], loop: Loop | None = None) -> T:
-    """Run ``coro`` on ``loop`` (None: a new loop, closed after) until it returns. On a
-    new loop, the tasks it left running are cancelled and run to their end before the
-    loop closes (asyncio.run's semantics: their cleanup runs, whatever ``coro`` did)."""
-    if loop is not None:
-        return loop.run_until_complete(coro)
-    loop = Loop()
+    """Run ``coro`` on ``loop`` (None: a new loop, closed after) until it returns; then the
+    tasks it left running are cancelled and run to their end (asyncio.run's and its
+    Runner's semantics: their cleanup runs, whatever ``coro`` did)."""
+    own = loop is None
+    if loop is None:
+        loop = Loop()
     unfinished: set[Task[Any]] = set()
     loop.unfinished = unfinished
     try:
@@ -340,7 +340,8 @@ def run(coro: Coroutine[Any, Any, T], loop: Loop | None = None) -> T:
             _end(loop, set(unfinished))
         finally:
             loop.unfinished = None
-            loop.close()
+            if own:
+                loop.close()
 
 
 def _end(loop: Loop, left: set[Task[Any]]) -> None:

@@ -156,7 +156,9 @@ class Supervisor:
         ``install_signals`` needs the main thread."""
         made = loop if loop is not None else Loop(report=_report)
         try:
-            return made.run_until_complete(self.main(install_signals))
+            # Tasks still running when main returns (a join that timed out) are cancelled
+            # and run to their end before the loop closes.
+            return tools.run(self.main(install_signals), made)
         finally:
             made.close()
 

@@ -627,6 +627,26 @@ def test_run_on_a_given_loop_leaves_it_open(loop: Loop) -> None:
     assert not loop.is_closed()
 
 
+def test_run_on_a_given_loop_ends_the_tasks_left_running_there(loop: Loop) -> None:
+    """As asyncio's Runner: the supervisor's main returning with a worker still running
+    (a join that timed out) must not leave it suspended, its cleanup never run."""
+    ended: list[str] = []
+
+    async def worker() -> None:
+        try:
+            await tools.sleep(3600)
+        finally:
+            ended.append("worker")
+
+    async def main() -> None:
+        get_running_loop().create_task(worker())
+        await tools.sleep(0)
+
+    tools.run(main(), loop)
+    assert ended == ["worker"]
+    assert not loop.is_closed()
+
+
 def test_run_cancels_the_tasks_left_running_and_lets_them_end() -> None:
     ended: list[str] = []
 

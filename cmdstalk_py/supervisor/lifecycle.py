@@ -148,19 +148,16 @@ class Supervisor:
 
     # -- the main loop ----------------------------------------------------------------------
 
-    def run(
-        self, install_signals: bool = True, loop: Loop | None = None
-    ) -> int:
-        """Serve until stopped, on ``loop`` (one not running yet: the dashboard may already
-        be bound to it) or a new one, in this thread; the loop is closed at the end.
+    def run(self, install_signals: bool = True) -> int:
+        """Serve until stopped, on a new loop in this thread, closed at the end.
         ``install_signals`` needs the main thread."""
-        made = loop if loop is not None else Loop(report=_report)
+        loop = Loop(report=_report)
         try:
             # Tasks still running when main returns (a join that timed out) are cancelled
             # and run to their end before the loop closes.
-            return tools.run(self.main(install_signals), made)
+            return tools.run(self.main(install_signals), loop)
         finally:
-            made.close()
+            loop.close()
 
     async def main(self, install_signals: bool = True) -> int:
         """Serve until stopped, on the running loop; the exit status (0)."""

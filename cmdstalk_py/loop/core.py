@@ -9,9 +9,9 @@ lookup, and importing it costs next to nothing, where importing asyncio was a no
 part of the server's start-up (figures: benchmarks/README.md). Like beanstalkd's
 ``srvserve``: the time to the next deadline is the poll timeout.
 
-The supervisor's workers did use coroutines, on asyncio, and paid for its loop on every
-wake-up of a job (a reply, a pipe's end, a pidfd): a selector object, handles, contexts, a
-heap check; here a wake-up is a dict lookup and a call (figures: docs/architecture.md).
+The supervisor's workers are coroutines, and a job wakes the loop many times (a reply, a
+pipe's end, a pidfd): on asyncio each wake-up costs a selector object, handles, contexts, a
+heap check; here a dict lookup and a call (figures: docs/architecture.md).
 
 One thread owns a loop. ``call_soon_threadsafe`` and signals wake it through a
 non-blocking pipe watched by the same epoll set; signal handlers only queue a callback.
